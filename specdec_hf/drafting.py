@@ -1,0 +1,118 @@
+"""The drafting interface: what the speculative decoding loop asks of a drafter.
+
+Speculative Decoding (Xia et al., 2023, arXiv 2203.16487) separates *drafting* (guess the next k tokens) from
+*verifying* (score them with the verifier in one forward pass). The loop in :mod:`specdec_hf.generation` talks to a
+drafter only through the small contract below, so that the Spec-Drafter model, test oracles and other drafters (an
+n-gram lookup, a retrieval drafter, ...) are interchangeable.
+
+A drafter implements three methods and two attributes:
+
+- ``vocab_size``: size of the vocabulary its draft ids and logits index (must equal the verifier's).
+- ``block_size``: its default number of drafted tokens per iteration (k).
+- ``init_drafting_state(...)``: called once per ``generate()`` call, after the verifier's encoder pass.
+- ``propose(state, prefix_ids, prefix_lengths, block_size)``: called once per iteration; returns k draft ids per row.
+- ``select_rows(state, rows)``: called when finished rows leave the batch.
+
+The state object is owned by the drafter (an encoder output, a prefix key/value cache, ...); the loop never looks
+inside it and never keeps it between ``generate()`` calls.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+__all__ = ["DraftProposal", "Drafter", "validate_drafter"]
+
+
+@dataclass
+class DraftProposal:
+    """What a drafter returns for one iteration.
+
+    Args:
+        draft_ids (`torch.LongTensor` of shape `(batch_size, block_size)`):
+            The drafted next tokens of every active row.
+        draft_logits (`torch.FloatTensor` of shape `(batch_size, block_size, vocab_size)`, *optional*):
+            The drafter's unnormalised scores behind `draft_ids` (needed by sampling modes, reported in statistics).
+        state (`Any`):
+            The drafter's state, updated; passed back to the next `propose` call.
+    """
+
+    draft_ids: torch.LongTensor
+    draft_logits: torch.FloatTensor | None
+    state: Any
+
+
+class Drafter(ABC):
+    """Abstract drafter: subclass it (or provide the same methods) to plug a drafter into speculative decoding."""
+
+    vocab_size: int
+    block_size: int
+
+    @abstractmethod
+    def init_drafting_state(
+        self,
+        input_ids: torch.LongTensor | None,
+        attention_mask: torch.LongTensor | None,
+        encoder_hidden_states: torch.FloatTensor,
+    ) -> Any:
+        """Prepare per-``generate()`` state.
+
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, source_length)`, *optional*):
+                The source token ids given to the verifier (`None` when the verifier was given `inputs_embeds`).
+            attention_mask (`torch.LongTensor` of shape `(batch_size, source_length)`, *optional*):
+                1 for source tokens, 0 for padding; `None` means no padding.
+            encoder_hidden_states (`torch.FloatTensor` of shape `(batch_size, source_length, verifier_d_model)`):
+                The verifier's encoder output, which a drafter may reuse instead of running its own encoder.
+        """
+
+    @abstractmethod
+    def propose(
+        self,
+        state: Any,
+        prefix_ids: torch.LongTensor,
+        prefix_lengths: torch.LongTensor,
+        block_size: int,
+    ) -> DraftProposal:
+        """Draft the next `block_size` tokens of every active row.
+
+        Args:
+            state: What `init_drafting_state` (or the previous `propose`) returned.
+            prefix_ids (`torch.LongTensor` of shape `(batch_size, max_prefix_length)`):
+                The committed decoder tokens of each row, starting with the decoder start token, right-padded.
+                A row's committed tokens only ever grow between calls.
+            prefix_lengths (`torch.LongTensor` of shape `(batch_size,)`): Number of valid tokens per row.
+            block_size (`int`): Number of tokens to draft (k); at least 1.
+        """
+
+    @abstractmethod
+    def select_rows(self, state: Any, rows: torch.LongTensor) -> Any:
+        """Keep only `rows` (indices into the current batch, in order) of the state; returns the new state."""
+
+
+_REQUIRED_METHODS = ("init_drafting_state", "propose", "select_rows")
+
+
+def validate_drafter(drafter: Any, verifier_vocab_size: int) -> None:
+    """Check that `drafter` implements the drafting interface and shares the verifier's vocabulary.
+
+    Raises:
+        ValueError: naming the missing method or the mismatching vocabulary size, and the fix.
+    """
+    missing = [name for name in _REQUIRED_METHODS if not callable(getattr(drafter, name, None))]
+    if missing or not isinstance(getattr(drafter, "vocab_size", None), int):
+        missing += [] if isinstance(getattr(drafter, "vocab_size", None), int) else ["vocab_size (int attribute)"]
+        raise ValueError(
+            f"`drafter` ({type(drafter).__name__}) does not implement the drafting interface: missing "
+            f"{', '.join(missing)}. Pass a `SpecDrafterModel` or a subclass of `specdec_hf.Drafter`."
+        )
+    if drafter.vocab_size != verifier_vocab_size:
+        raise ValueError(
+            f"`drafter` vocabulary size ({drafter.vocab_size}) does not match the verifier's ({verifier_vocab_size}). "
+            "A drafter must be trained for this verifier's tokenizer: build one with "
+            "`SpecDrafterModel.from_verifier(verifier)` and train it with `train_drafter.py`."
+        )

@@ -1,0 +1,379 @@
+"""The draft → verify → accept loop of Speculative Decoding (Xia et al., 2023, arXiv 2203.16487, Algorithm 1).
+
+Every iteration, for every unfinished row of the batch:
+
+1. **Draft**: one drafter call proposes k tokens.
+2. **Verify**: one verifier decoder forward scores ``[uncached committed tokens, d_1..d_k]`` on its KV cache.
+3. **Accept**: the top-β/τ rule (`specdec_hf.acceptance`) keeps a prefix of the drafts and appends the verifier's
+   top-1 at the first rejection (or after all k drafts); logits processors and stopping criteria are applied per
+   verified position with that position's exact prefix, as greedy decoding would.
+4. **Discard**: the verifier's cache is cropped back to what every row has committed.
+
+Rows advance by different amounts. BART, T5, Marian, mBART and Pegasus take decoder positions from the cache length
+alone, so the cache holds one shared length ``C = min(committed length) - 1`` and each verify forward *re-feeds* a
+row's committed-but-uncached tokens before its drafts, right-padded (SPEC.md §3, "ragged re-feed"). Padding only ever
+follows a row's real tokens, so causal attention never sees it; the cropped cache holds only committed tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import EncoderDecoderCache
+from transformers.generation.logits_process import LogitsProcessorList
+from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria, StoppingCriteriaList
+from transformers.modeling_outputs import BaseModelOutput
+
+from ..acceptance import accept_drafts, count_accepted
+from ..drafting import Drafter
+from .stats import SpeculativeDecodingStats
+
+__all__ = ["LoopResult", "SpeculativeLoopConfig", "run_speculative_loop"]
+
+
+@dataclass
+class SpeculativeLoopConfig:
+    """Settings of one speculative decoding run (already validated)."""
+
+    block_size: int
+    beta: int
+    tau: float
+    max_length: int
+    pad_token_id: int
+    eos_token_ids: torch.LongTensor | None
+    output_scores: bool = False
+    output_logits: bool = False
+
+
+@dataclass
+class LoopResult:
+    """What the loop produced: padded sequences, statistics and, when asked, per-position scores / logits."""
+
+    sequences: torch.LongTensor
+    stats: SpeculativeDecodingStats
+    scores: tuple[torch.FloatTensor, ...] | None
+    logits: tuple[torch.FloatTensor, ...] | None
+
+
+def run_speculative_loop(
+    verifier,
+    drafter: Drafter,
+    drafter_state,
+    input_ids: torch.LongTensor,
+    encoder_outputs: BaseModelOutput,
+    encoder_attention_mask: torch.LongTensor | None,
+    cache: EncoderDecoderCache,
+    logits_processor: LogitsProcessorList,
+    stopping_criteria: StoppingCriteriaList,
+    config: SpeculativeLoopConfig,
+) -> LoopResult:
+    """Generate with draft-then-verify until every row is finished.
+
+    Args:
+        verifier (`PreTrainedModel`): The encoder-decoder model being accelerated.
+        drafter (`Drafter`): Implements the drafting interface of `specdec_hf.drafting`.
+        drafter_state: What `drafter.init_drafting_state` returned for this batch.
+        input_ids (`torch.LongTensor` of shape `(batch_size, prompt_length)`): The decoder prompt (start tokens).
+        encoder_outputs (`BaseModelOutput`): The verifier's encoder output for the batch.
+        encoder_attention_mask (`torch.LongTensor` of shape `(batch_size, source_length)`, *optional*): Source mask.
+        cache (`EncoderDecoderCache`): An empty dynamic cache for the verifier.
+        logits_processor (`LogitsProcessorList`): Processors prepared by `generate()`.
+        stopping_criteria (`StoppingCriteriaList`): Criteria prepared by `generate()`.
+        config (`SpeculativeLoopConfig`): β, τ, k, lengths and special tokens.
+    """
+    batch_size, prompt_length = input_ids.shape
+    device = input_ids.device
+    pad = config.pad_token_id
+    sequences = input_ids.new_full((batch_size, config.max_length + config.block_size + 1), pad)
+    sequences[:, :prompt_length] = input_ids
+    lengths = [prompt_length] * batch_size
+    active = list(range(batch_size))  # original row index of each row still in the work
+    active_index = torch.arange(batch_size, device=device)
+    cache_length = 0
+    stats = SpeculativeDecodingStats.for_batch(batch_size, config.block_size)
+    record = config.output_scores or config.output_logits
+    recorded = [[] for _ in range(batch_size)] if record else None
+    simple_stopping = all(isinstance(c, (MaxLengthCriteria, EosTokenCriteria)) for c in stopping_criteria)
+    position_limit = getattr(verifier.config, "max_position_embeddings", None)
+
+    while active:
+        row_lengths = [lengths[r] for r in active]
+        longest = max(row_lengths)
+        # k is capped by the length budget of the shortest row and by the verifier's position table.
+        k = min(config.block_size, config.max_length - min(row_lengths) - 1)
+        if position_limit is not None:
+            k = min(k, position_limit - longest)
+        k = max(k, 0)
+        committed = sequences.index_select(0, active_index)
+        lengths_t = torch.tensor(row_lengths, device=device)
+
+        # 1. Draft
+        if k > 0:
+            proposal = drafter.propose(drafter_state, committed[:, :longest], lengths_t, k)
+            drafter_state = proposal.state
+            drafts = proposal.draft_ids[:, :k].to(device)
+            stats.drafter_calls += 1
+        else:
+            drafts = committed.new_empty((len(active), 0))
+
+        # 2. Verify: one forward over every row's uncached committed tokens followed by its drafts
+        decoder_input, logit_positions = _build_verifier_input(committed, lengths_t, cache_length, drafts, pad)
+        outputs = verifier(
+            decoder_input_ids=decoder_input,
+            encoder_outputs=encoder_outputs,
+            attention_mask=encoder_attention_mask,
+            cache=cache,
+            use_cache=True,
+            return_dict=True,
+        )
+        stats.verifier_calls += 1
+        if logit_positions is None:
+            logits = outputs.logits[:, -(k + 1) :].float()
+        else:
+            index = logit_positions.unsqueeze(-1).expand(-1, -1, outputs.logits.shape[-1])
+            logits = outputs.logits.gather(1, index).float()
+        del outputs
+        # drafts a row may still accept so that its bonus token stays within max_length
+        budgets = (config.max_length - 1 - lengths_t).clamp(max=k)
+
+        # 3. Select the accepted tokens
+        if len(logits_processor) == 0:
+            scores = logits
+            new_tokens, num_accepted = _accept_without_processors(scores, drafts, budgets, config)
+        else:
+            scores, new_tokens, num_accepted = _accept_with_processors(
+                logits, drafts, budgets, committed, lengths_t, logits_processor, config
+            )
+        num_new = num_accepted + 1
+
+        # 4. Apply stopping criteria at every appended position
+        if simple_stopping:
+            num_new, finished = _stop_at_eos(new_tokens, num_new, lengths_t, config)
+        else:
+            num_new, finished = _stop_by_criteria(
+                new_tokens, num_new, committed, lengths_t, scores, stopping_criteria, pad
+            )
+
+        # 5. Commit the tokens, update the statistics, drop finished rows, crop the cache
+        offsets = torch.arange(k + 1, device=device)
+        keep_token = offsets.unsqueeze(0) < num_new.unsqueeze(1)
+        sequences[active_index.unsqueeze(1), lengths_t.unsqueeze(1) + offsets] = torch.where(keep_token, new_tokens, pad)
+        num_new_list = num_new.tolist()
+        accepted_list = torch.minimum(num_accepted, num_new).tolist()
+        drafted_list = budgets.tolist()
+        finished_list = finished.tolist()
+        for local, row in enumerate(active):
+            lengths[row] += num_new_list[local]
+            stats.iterations[row] += 1
+            stats.generated_tokens[row] += num_new_list[local]
+            stats.drafted_tokens[row] += drafted_list[local]
+            stats.accepted_tokens[row] += accepted_list[local]
+            for position in range(drafted_list[local]):
+                stats.drafted_at_position[position] += 1
+            for position in range(accepted_list[local]):
+                stats.accepted_at_position[position] += 1
+            if record:
+                recorded[row].append((scores[local, : num_new_list[local]], logits[local, : num_new_list[local]]))
+
+        fed_length = cache_length + decoder_input.shape[1]
+        if any(finished_list):
+            keep = [local for local, done in enumerate(finished_list) if not done]
+            active = [active[local] for local in keep]
+            if not active:
+                break
+            keep_t = torch.tensor(keep, device=device)
+            active_index = active_index.index_select(0, keep_t)
+            cache.batch_select_indices(keep_t)
+            encoder_outputs = BaseModelOutput(last_hidden_state=encoder_outputs.last_hidden_state.index_select(0, keep_t))
+            if encoder_attention_mask is not None:
+                encoder_attention_mask = encoder_attention_mask.index_select(0, keep_t)
+            drafter_state = drafter.select_rows(drafter_state, keep_t)
+        cache_length = min(lengths[r] for r in active) - 1
+        cache.crop(cache_length - fed_length)
+
+    total_length = max(lengths)
+    scores_out, logits_out = (None, None)
+    if record:
+        scores_out, logits_out = _assemble_per_position(recorded, lengths, prompt_length, total_length, config)
+    return LoopResult(sequences[:, :total_length], stats, scores_out, logits_out)
+
+
+def _build_verifier_input(
+    committed: torch.LongTensor,
+    lengths: torch.LongTensor,
+    cache_length: int,
+    drafts: torch.LongTensor,
+    pad: int,
+) -> tuple[torch.LongTensor, torch.LongTensor | None]:
+    """Lay out ``[committed[C:len_r], d_1..d_k, pad...]`` per row.
+
+    Returns:
+        decoder_input (`torch.LongTensor` of shape `(rows, max_uncached + k)`) and, when rows differ in their
+        number of uncached tokens, the `(rows, k + 1)` positions whose logits verify the drafts (`None` means the
+        last k + 1 positions of every row).
+    """
+    uncached = lengths - cache_length
+    k = drafts.shape[1]
+    max_uncached = int(uncached.max())
+    if committed.shape[0] == 1 or int(uncached.min()) == max_uncached:
+        decoder_input = torch.cat([committed[:, cache_length : cache_length + max_uncached], drafts], dim=1)
+        return decoder_input, None
+    width = max_uncached + k
+    offsets = torch.arange(width, device=committed.device).unsqueeze(0)
+    uncached = uncached.unsqueeze(1)
+    from_committed = committed[:, cache_length : cache_length + width]
+    from_drafts = drafts.gather(1, (offsets - uncached).clamp(0, max(k - 1, 0))) if k > 0 else from_committed
+    decoder_input = torch.where(
+        offsets < uncached, from_committed, torch.where(offsets < uncached + k, from_drafts, pad)
+    )
+    logit_positions = uncached - 1 + torch.arange(k + 1, device=committed.device).unsqueeze(0)
+    return decoder_input, logit_positions
+
+
+def _accept_without_processors(
+    scores: torch.FloatTensor, drafts: torch.LongTensor, budgets: torch.LongTensor, config: SpeculativeLoopConfig
+) -> tuple[torch.LongTensor, torch.LongTensor]:
+    """Vectorised acceptance when the scores need no processing: all k+1 positions at once."""
+    top1 = scores.argmax(dim=-1)  # (rows, k + 1)
+    k = drafts.shape[1]
+    if k == 0:
+        return top1, torch.zeros_like(budgets)
+    if config.beta == 1:
+        accepted = drafts == top1[:, :k]
+    else:
+        accepted = accept_drafts(scores[:, :k], drafts, config.beta, config.tau)
+    num_accepted = torch.minimum(count_accepted(accepted), budgets)
+    offsets = torch.arange(k + 1, device=drafts.device).unsqueeze(0)
+    drafts_then_top1 = torch.cat([drafts, top1[:, k:]], dim=1)
+    new_tokens = torch.where(offsets < num_accepted.unsqueeze(1), drafts_then_top1, top1)
+    return new_tokens, num_accepted
+
+
+def _accept_with_processors(
+    logits: torch.FloatTensor,
+    drafts: torch.LongTensor,
+    budgets: torch.LongTensor,
+    committed: torch.LongTensor,
+    lengths: torch.LongTensor,
+    logits_processor: LogitsProcessorList,
+    config: SpeculativeLoopConfig,
+) -> tuple[torch.FloatTensor, torch.LongTensor, torch.LongTensor]:
+    """Acceptance position by position, each position's scores processed with its exact prefix.
+
+    Returns the processed scores `(rows, k + 1, vocab)` (zeros where a row had already stopped), the tokens to
+    append `(rows, k + 1)` and the number of accepted drafts per row.
+    """
+    rows, k = drafts.shape
+    device = drafts.device
+    # committed tokens followed by the drafts: the prefix of verified position i of row r is prefixes[r, :len_r + i]
+    prefixes = committed.clone()
+    if k > 0:
+        prefixes.scatter_(1, lengths.unsqueeze(1) + torch.arange(k, device=device), drafts)
+    scores = torch.zeros_like(logits)
+    new_tokens = torch.empty((rows, k + 1), dtype=torch.long, device=device)
+    num_accepted = torch.zeros(rows, dtype=torch.long, device=device)
+    running = torch.arange(rows, device=device)
+    for position in range(k + 1):
+        processed = _process_by_length(
+            logits_processor, prefixes, lengths + position, running, logits[running, position]
+        )
+        scores[running, position] = processed
+        top1 = processed.argmax(dim=-1)
+        new_tokens[running, position] = top1
+        if position == k:
+            break
+        accepted = accept_drafts(processed, drafts[running, position], config.beta, config.tau)
+        accepted &= budgets[running] > position
+        new_tokens[running[accepted], position] = drafts[running[accepted], position]
+        num_accepted[running[accepted]] += 1
+        running = running[accepted]
+        if running.numel() == 0:
+            break
+    return scores, new_tokens, num_accepted
+
+
+def _process_by_length(
+    logits_processor: LogitsProcessorList,
+    prefixes: torch.LongTensor,
+    prefix_lengths: torch.LongTensor,
+    rows: torch.LongTensor,
+    raw_scores: torch.FloatTensor,
+) -> torch.FloatTensor:
+    """Run the processors on each group of rows whose prefixes have equal length (processors read the length)."""
+    row_lengths = prefix_lengths[rows]
+    processed = torch.empty_like(raw_scores)
+    for length in row_lengths.unique().tolist():
+        group = (row_lengths == length).nonzero().squeeze(1)
+        processed[group] = logits_processor(prefixes[rows[group], :length], raw_scores[group].clone())
+    return processed
+
+
+def _stop_at_eos(
+    new_tokens: torch.LongTensor, num_new: torch.LongTensor, lengths: torch.LongTensor, config: SpeculativeLoopConfig
+) -> tuple[torch.LongTensor, torch.BoolTensor]:
+    """EOS and max-length stopping, vectorised: cut each row after its first appended EOS."""
+    if config.eos_token_ids is not None:
+        offsets = torch.arange(new_tokens.shape[1], device=new_tokens.device).unsqueeze(0)
+        is_eos = torch.isin(new_tokens, config.eos_token_ids) & (offsets < num_new.unsqueeze(1))
+        hit = is_eos.any(dim=1)
+        num_new = torch.where(hit, is_eos.float().argmax(dim=1) + 1, num_new)
+    else:
+        hit = torch.zeros_like(num_new, dtype=torch.bool)
+    finished = hit | (lengths + num_new >= config.max_length)
+    return num_new, finished
+
+
+def _stop_by_criteria(
+    new_tokens: torch.LongTensor,
+    num_new: torch.LongTensor,
+    committed: torch.LongTensor,
+    lengths: torch.LongTensor,
+    scores: torch.FloatTensor,
+    stopping_criteria: StoppingCriteriaList,
+    pad: int,
+) -> tuple[torch.LongTensor, torch.BoolTensor]:
+    """General stopping: evaluate the criteria after each appended token, on that row's exact sequence."""
+    rows, width = new_tokens.shape
+    device = new_tokens.device
+    offsets = torch.arange(width, device=device).unsqueeze(0)
+    extended = committed.clone()
+    extended.scatter_(1, lengths.unsqueeze(1) + offsets, torch.where(offsets < num_new.unsqueeze(1), new_tokens, pad))
+    finished = torch.zeros(rows, dtype=torch.bool, device=device)
+    for position in range(int(num_new.max())):
+        candidates = ((num_new > position) & ~finished).nonzero().squeeze(1)
+        if candidates.numel() == 0:
+            break
+        stop = torch.zeros(candidates.numel(), dtype=torch.bool, device=device)
+        candidate_lengths = lengths[candidates] + position + 1
+        for length in candidate_lengths.unique().tolist():
+            group = (candidate_lengths == length).nonzero().squeeze(1)
+            rows_in_group = candidates[group]
+            stop[group] = stopping_criteria(extended[rows_in_group, :length], scores[rows_in_group, position])
+        stopped = candidates[stop]
+        finished[stopped] = True
+        num_new[stopped] = position + 1
+    return num_new, finished
+
+
+def _assemble_per_position(
+    recorded: list[list[tuple[torch.FloatTensor, torch.FloatTensor]]],
+    lengths: list[int],
+    prompt_length: int,
+    total_length: int,
+    config: SpeculativeLoopConfig,
+) -> tuple[tuple[torch.FloatTensor, ...] | None, tuple[torch.FloatTensor, ...] | None]:
+    """Turn per-row chunks into `generate()`'s layout: one `(batch_size, vocab)` tensor per generated position."""
+    steps = total_length - prompt_length
+    vocab = recorded[0][0][0].shape[-1]
+    batch_size = len(recorded)
+    device = recorded[0][0][0].device
+    scores = torch.zeros((batch_size, steps, vocab), device=device)
+    logits = torch.zeros((batch_size, steps, vocab), device=device)
+    for row, chunks in enumerate(recorded):
+        generated = lengths[row] - prompt_length
+        scores[row, :generated] = torch.cat([chunk[0] for chunk in chunks])
+        logits[row, :generated] = torch.cat([chunk[1] for chunk in chunks])
+    scores_out = tuple(scores.unbind(1)) if config.output_scores else None
+    logits_out = tuple(logits.unbind(1)) if config.output_logits else None
+    return scores_out, logits_out

@@ -1,0 +1,73 @@
+"""Decoding statistics of one speculative ``generate()`` call."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+__all__ = ["SpeculativeDecodingStats"]
+
+
+@dataclass
+class SpeculativeDecodingStats:
+    """Counters filled by the speculative decoding loop, per row of the batch and in total.
+
+    Args:
+        block_size (`int`): The requested number of drafted tokens per iteration (k).
+        verifier_calls (`int`): Batched verifier decoder forward passes.
+        drafter_calls (`int`): Batched drafter calls.
+        iterations (`list[int]`): Per row, the verifier passes the row took part in.
+        generated_tokens (`list[int]`): Per row, tokens emitted (excluding the decoder prompt and the padding after
+            the row finished).
+        drafted_tokens (`list[int]`): Per row, drafted tokens that were verified.
+        accepted_tokens (`list[int]`): Per row, drafted tokens that were accepted.
+        accepted_at_position (`list[int]`): For each block position i (0-based), how many times the draft at i was
+            accepted, summed over rows and iterations.
+        drafted_at_position (`list[int]`): For each block position i, how many drafts at i were verified.
+    """
+
+    block_size: int
+    verifier_calls: int = 0
+    drafter_calls: int = 0
+    iterations: list[int] = field(default_factory=list)
+    generated_tokens: list[int] = field(default_factory=list)
+    drafted_tokens: list[int] = field(default_factory=list)
+    accepted_tokens: list[int] = field(default_factory=list)
+    accepted_at_position: list[int] = field(default_factory=list)
+    drafted_at_position: list[int] = field(default_factory=list)
+
+    @classmethod
+    def for_batch(cls, batch_size: int, block_size: int) -> SpeculativeDecodingStats:
+        """Zeroed counters for `batch_size` rows and blocks of `block_size` drafts."""
+        return cls(
+            block_size=block_size,
+            iterations=[0] * batch_size,
+            generated_tokens=[0] * batch_size,
+            drafted_tokens=[0] * batch_size,
+            accepted_tokens=[0] * batch_size,
+            accepted_at_position=[0] * block_size,
+            drafted_at_position=[0] * block_size,
+        )
+
+    @property
+    def tokens_per_iteration(self) -> float:
+        """Tok.: tokens emitted divided by verifier passes, over all rows (the paper's hardware-free speed figure)."""
+        return sum(self.generated_tokens) / max(sum(self.iterations), 1)
+
+    @property
+    def tokens_per_iteration_per_row(self) -> list[float]:
+        """Tok. of every row."""
+        return [g / max(i, 1) for g, i in zip(self.generated_tokens, self.iterations)]
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted drafts divided by verified drafts, over all rows."""
+        return sum(self.accepted_tokens) / max(sum(self.drafted_tokens), 1)
+
+    def to_dict(self) -> dict:
+        """All counters and the derived figures, JSON-serialisable."""
+        return {
+            **asdict(self),
+            "tokens_per_iteration": self.tokens_per_iteration,
+            "tokens_per_iteration_per_row": self.tokens_per_iteration_per_row,
+            "acceptance_rate": self.acceptance_rate,
+        }

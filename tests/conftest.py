@@ -1,0 +1,107 @@
+"""Shared fixtures: tiny random verifiers of the five supported families, built from configs (no downloads).
+
+Weights use a larger init std than the families' defaults so that greedy outputs vary and top-1 scores have no
+near-ties: a k-token verify forward and a 1-token greedy step differ in the last bits (SPEC.md §5), and tie-free
+models keep the token-for-token comparison strict.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import (
+    BartConfig,
+    BartForConditionalGeneration,
+    MarianConfig,
+    MarianMTModel,
+    MBartConfig,
+    MBartForConditionalGeneration,
+    PegasusConfig,
+    PegasusForConditionalGeneration,
+    T5Config,
+    T5ForConditionalGeneration,
+)
+
+VOCAB_SIZE = 99
+FAMILIES = ("bart", "t5", "marian", "mbart", "pegasus")
+
+_BART_LIKE = dict(
+    vocab_size=VOCAB_SIZE,
+    d_model=32,
+    encoder_layers=2,
+    decoder_layers=2,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
+    encoder_ffn_dim=64,
+    decoder_ffn_dim=64,
+    max_position_embeddings=64,
+    init_std=0.2,
+    dropout=0.0,
+    attention_dropout=0.0,
+    forced_eos_token_id=None,
+)
+
+
+def build_verifier(family: str, seed: int = 0, eos_token_id: int | None = None) -> torch.nn.Module:
+    """A tiny random encoder-decoder of `family`, in eval mode.
+
+    `eos_token_id` replaces the family's EOS so that tests can make rows stop at different lengths (a random model
+    rarely emits its real EOS).
+    """
+    torch.manual_seed(seed)
+    if family == "bart":
+        config = BartConfig(**_BART_LIKE, pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)
+        model = BartForConditionalGeneration(config)
+    elif family == "mbart":
+        config = MBartConfig(
+            **_BART_LIKE, pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2
+        )
+        model = MBartForConditionalGeneration(config)
+        model.generation_config.forced_bos_token_id = 5  # the target-language code, as mBART-50 does
+    elif family == "marian":
+        config = MarianConfig(**_BART_LIKE, pad_token_id=1, eos_token_id=2, decoder_start_token_id=1)
+        model = MarianMTModel(config)
+    elif family == "pegasus":
+        config = PegasusConfig(**_BART_LIKE, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0)
+        model = PegasusForConditionalGeneration(config)
+    elif family == "t5":
+        config = T5Config(
+            vocab_size=VOCAB_SIZE,
+            d_model=32,
+            d_kv=8,
+            d_ff=64,
+            num_layers=2,
+            num_heads=4,
+            relative_attention_num_buckets=8,
+            dropout_rate=0.0,
+            initializer_factor=4.0,
+            pad_token_id=0,
+            eos_token_id=1,
+            decoder_start_token_id=0,
+        )
+        model = T5ForConditionalGeneration(config)
+    else:
+        raise ValueError(f"unknown family {family!r}")
+    if eos_token_id is not None:
+        model.config.eos_token_id = eos_token_id
+        model.generation_config.eos_token_id = eos_token_id
+    return model.eval()
+
+
+def make_source_batch(batch_size: int, seed: int = 0, pad_token_id: int = 1) -> dict[str, torch.Tensor]:
+    """Random source ids; rows after the first are right-padded to different lengths."""
+    generator = torch.Generator().manual_seed(seed)
+    length = 11
+    input_ids = torch.randint(4, VOCAB_SIZE, (batch_size, length), generator=generator)
+    attention_mask = torch.ones_like(input_ids)
+    for row in range(1, batch_size):
+        keep = max(2, length - 3 * row)
+        attention_mask[row, keep:] = 0
+        input_ids[row, keep:] = pad_token_id
+    return {"input_ids": input_ids, "attention_mask": attention_mask}
+
+
+@pytest.fixture(params=FAMILIES)
+def family(request) -> str:
+    """Each supported verifier family in turn."""
+    return request.param
