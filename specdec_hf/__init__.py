@@ -4,19 +4,23 @@
 """
 
 from .acceptance import accept_drafts, count_accepted
-from .drafting import DraftProposal, Drafter
+from .drafting import Drafter, DraftProposal
 from .generation import (
     SpeculativeDecodingStats,
     SpeculativeGenerateOutput,
     enable_speculative_decoding,
     speculative_generate,
 )
+from .models import SpecDrafterConfig, SpecDrafterModel, SpecDrafterOutput
 
 __version__ = "0.1.0"
 
 __all__ = [
     "DraftProposal",
     "Drafter",
+    "SpecDrafterConfig",
+    "SpecDrafterModel",
+    "SpecDrafterOutput",
     "SpeculativeDecodingStats",
     "SpeculativeGenerateOutput",
     "accept_drafts",

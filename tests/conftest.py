@@ -53,9 +53,7 @@ def build_verifier(family: str, seed: int = 0, eos_token_id: int | None = None) 
         config = BartConfig(**_BART_LIKE, pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)
         model = BartForConditionalGeneration(config)
     elif family == "mbart":
-        config = MBartConfig(
-            **_BART_LIKE, pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2
-        )
+        config = MBartConfig(**_BART_LIKE, pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)
         model = MBartForConditionalGeneration(config)
         model.generation_config.forced_bos_token_id = 5  # the target-language code, as mBART-50 does
     elif family == "marian":
@@ -99,6 +97,15 @@ def make_source_batch(batch_size: int, seed: int = 0, pad_token_id: int = 1) -> 
         attention_mask[row, keep:] = 0
         input_ids[row, keep:] = pad_token_id
     return {"input_ids": input_ids, "attention_mask": attention_mask}
+
+
+@pytest.fixture(autouse=True, scope="session")
+def single_thread():
+    """Tiny models gain nothing from intra-op threads; on a busy 2-core machine thread hand-offs dominate."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(params=FAMILIES)

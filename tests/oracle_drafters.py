@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from specdec_hf import DraftProposal, Drafter
+from specdec_hf import Drafter, DraftProposal
 
 
 class OracleDrafter(Drafter):

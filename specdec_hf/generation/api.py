@@ -157,7 +157,9 @@ def _check_generation_mode(
     if synced_gpus:
         raise ValueError("`synced_gpus=True` is not supported with a `drafter`; run speculative decoding per process.")
     if model_kwargs.get("decoder_attention_mask") is not None:
-        raise ValueError("`decoder_attention_mask` is not supported with a `drafter`: pass an unpadded decoder prompt.")
+        raise ValueError(
+            "`decoder_attention_mask` is not supported with a `drafter`: pass an unpadded decoder prompt."
+        )
     if batch_size > 1 and any(isinstance(p, PrefixConstrainedLogitsProcessor) for p in logits_processor):
         raise ValueError(
             "`prefix_allowed_tokens_fn` reads the batch index, which the per-row verification of a `drafter` "

@@ -158,7 +158,9 @@ def run_speculative_loop(
         # 5. Commit the tokens, update the statistics, drop finished rows, crop the cache
         offsets = torch.arange(k + 1, device=device)
         keep_token = offsets.unsqueeze(0) < num_new.unsqueeze(1)
-        sequences[active_index.unsqueeze(1), lengths_t.unsqueeze(1) + offsets] = torch.where(keep_token, new_tokens, pad)
+        sequences[active_index.unsqueeze(1), lengths_t.unsqueeze(1) + offsets] = torch.where(
+            keep_token, new_tokens, pad
+        )
         num_new_list = num_new.tolist()
         accepted_list = torch.minimum(num_accepted, num_new).tolist()
         drafted_list = budgets.tolist()
@@ -185,7 +187,9 @@ def run_speculative_loop(
             keep_t = torch.tensor(keep, device=device)
             active_index = active_index.index_select(0, keep_t)
             cache.batch_select_indices(keep_t)
-            encoder_outputs = BaseModelOutput(last_hidden_state=encoder_outputs.last_hidden_state.index_select(0, keep_t))
+            encoder_outputs = BaseModelOutput(
+                last_hidden_state=encoder_outputs.last_hidden_state.index_select(0, keep_t)
+            )
             if encoder_attention_mask is not None:
                 encoder_attention_mask = encoder_attention_mask.index_select(0, keep_t)
             drafter_state = drafter.select_rows(drafter_state, keep_t)

@@ -56,7 +56,7 @@ class SpeculativeDecodingStats:
     @property
     def tokens_per_iteration_per_row(self) -> list[float]:
         """Tok. of every row."""
-        return [g / max(i, 1) for g, i in zip(self.generated_tokens, self.iterations)]
+        return [g / max(i, 1) for g, i in zip(self.generated_tokens, self.iterations, strict=True)]
 
     @property
     def acceptance_rate(self) -> float:

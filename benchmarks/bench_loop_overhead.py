@@ -1,0 +1,144 @@
+"""Greedy `generate()` vs speculative β=1 with an always-right drafter: speed-up and the loop's own overhead.
+
+The drafter proposes the verifier's own greedy continuation (looked up, costing almost nothing), so this isolates
+what the decoding loop and the k-token verification cost against plain greedy decoding. Not a test: it prints
+figures (median of --repeats runs) for the README.
+
+    python benchmarks/bench_loop_overhead.py --repeats 7
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+from transformers import BartConfig, BartForConditionalGeneration
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from oracle_drafters import OracleDrafter  # noqa: E402
+
+from specdec_hf import speculative_generate  # noqa: E402
+
+SHAPES = {
+    # d=256, 3+3 layers, 8k vocabulary: the size of the offline demo verifier
+    "tiny": dict(
+        vocab_size=8000,
+        d_model=256,
+        encoder_layers=3,
+        decoder_layers=3,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=1024,
+        decoder_ffn_dim=1024,
+    ),
+    "bart-base": dict(
+        vocab_size=50265,
+        d_model=768,
+        encoder_layers=6,
+        decoder_layers=6,
+        encoder_attention_heads=12,
+        decoder_attention_heads=12,
+        encoder_ffn_dim=3072,
+        decoder_ffn_dim=3072,
+    ),
+}
+
+
+class ForwardTimer:
+    """Accumulates wall time spent inside a module's forward (pre/post hooks)."""
+
+    def __init__(self, module: torch.nn.Module):
+        self.total = 0.0
+        self.calls = 0
+        module.register_forward_pre_hook(self._start)
+        module.register_forward_hook(self._stop)
+
+    def _start(self, module, args):
+        self._t0 = time.perf_counter()
+
+    def _stop(self, module, args, output):
+        self.total += time.perf_counter() - self._t0
+        self.calls += 1
+
+
+def build(shape: str) -> BartForConditionalGeneration:
+    """A random BART verifier of `shape` that never stops early (no EOS), so every run emits the same length."""
+    torch.manual_seed(0)
+    config = BartConfig(**SHAPES[shape], max_position_embeddings=1024, forced_eos_token_id=None, init_std=0.05)
+    model = BartForConditionalGeneration(config).eval()
+    model.generation_config.eos_token_id = None
+    model.generation_config.forced_eos_token_id = None
+    return model
+
+
+def bench(shape: str, block_size: int, new_tokens: int, repeats: int) -> dict:
+    model = build(shape)
+    inputs = {"input_ids": torch.randint(4, 1000, (1, 24))}
+    greedy_kwargs = dict(do_sample=False, num_beams=1, max_new_tokens=new_tokens, min_new_tokens=None)
+    reference = model.generate(**inputs, **greedy_kwargs)
+    drafter = OracleDrafter(reference, model.config.vocab_size, block_size, "right")
+    timer = ForwardTimer(model)
+
+    greedy_times, spec_times, forward_times, iterations = [], [], [], []
+    for _ in range(repeats + 1):  # the first round warms up
+        start = time.perf_counter()
+        model.generate(**inputs, **greedy_kwargs)
+        greedy_times.append(time.perf_counter() - start)
+        timer.total, timer.calls = 0.0, 0
+        start = time.perf_counter()
+        out = model.generate(
+            **inputs,
+            **greedy_kwargs,
+            custom_generate=speculative_generate,
+            drafter=drafter,
+            return_dict_in_generate=True,
+        )
+        spec_times.append(time.perf_counter() - start)
+        forward_times.append(timer.total)
+        iterations.append(out.speculative_stats.verifier_calls)
+        assert torch.equal(out.sequences, reference), "speculative output differs from greedy"
+    greedy, spec = statistics.median(greedy_times[1:]), statistics.median(spec_times[1:])
+    # loop's own time per iteration: everything outside model forwards (encoder pass included in forwards)
+    overhead = statistics.median(
+        [(s - f) / n for s, f, n in zip(spec_times[1:], forward_times[1:], iterations[1:], strict=True)]
+    )
+    per_iteration = statistics.median([s / n for s, n in zip(spec_times[1:], iterations[1:], strict=True)])
+    return {
+        "shape": shape,
+        "k": block_size,
+        "new_tokens": reference.shape[1] - 1,
+        "greedy_s": greedy,
+        "speculative_s": spec,
+        "speed_up": greedy / spec,
+        "tokens_per_iteration": out.speculative_stats.tokens_per_iteration,
+        "loop_overhead_share": overhead / per_iteration,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", nargs="+", default=list(SHAPES))
+    parser.add_argument("--block_size", type=int, default=10)
+    parser.add_argument("--new_tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, median of {args.repeats} runs")
+    print("| verifier | k | tokens | greedy (s) | speculative (s) | speed-up | Tok. | loop overhead / iteration |")
+    print("|---|---|---|---|---|---|---|---|")
+    for shape in args.shapes:
+        r = bench(shape, args.block_size, args.new_tokens, args.repeats)
+        print(
+            f"| {r['shape']} | {r['k']} | {r['new_tokens']} | {r['greedy_s']:.3f} | {r['speculative_s']:.3f} | "
+            f"{r['speed_up']:.2f}x | {r['tokens_per_iteration']:.2f} | {100 * r['loop_overhead_share']:.1f}% |"
+        )
+
+
+if __name__ == "__main__":
+    main()

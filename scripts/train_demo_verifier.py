@@ -1,0 +1,480 @@
+"""Trains the demo English → German verifier (a small `MarianMTModel`) from scratch on the Debian corpus.
+
+The corpus comes from `python -m specdec_hf.data.debian_corpus --task translation --output_dir data/debian_en_de`.
+The script trains a shared en+de Unigram tokenizer (`tokenizers`), builds a ~8M-parameter Marian model, and runs a
+plain PyTorch loop (token-bucketed batches, label-smoothed cross-entropy, Adam with an inverse-square-root schedule).
+It checkpoints atomically every few minutes and on SIGTERM/SIGINT, so it can be stopped at any time and resumed:
+
+```bash
+python scripts/train_demo_verifier.py --config configs/demo/verifier_en_de.yaml
+python scripts/train_demo_verifier.py --config configs/demo/verifier_en_de.yaml --resume
+```
+
+Outputs in `output_dir`: `tokenizer/`, `checkpoint-last/` (model + tokenizer + `trainer_state.pt`), `best/` (best
+greedy validation BLEU so far, with `eval_results.json`) and `train.log`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import shutil
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import sacrebleu
+import torch
+import torch.nn.functional as F
+import yaml
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from transformers import GenerationConfig, HfArgumentParser, MarianConfig, MarianMTModel, PreTrainedTokenizerFast
+
+logger = logging.getLogger("train_demo_verifier")
+
+PAD, EOS, UNK = "<pad>", "</s>", "<unk>"
+
+
+@dataclass
+class DemoVerifierArguments:
+    """Hyper-parameters of the demo verifier run; values live in `configs/demo/verifier_en_de.yaml`."""
+
+    data_dir: str = field(default="data/debian_en_de", metadata={"help": "Directory with train/validation.jsonl."})
+    output_dir: str = field(default="runs/demo_verifier", metadata={"help": "Checkpoints, tokenizer and logs."})
+    vocab_size: int = field(default=8000, metadata={"help": "Size of the shared en+de vocabulary."})
+    tokenizer_model: str = field(default="unigram", metadata={"help": "`unigram` or `bpe`."})
+    d_model: int = field(default=256, metadata={"help": "Model width."})
+    attention_heads: int = field(default=4, metadata={"help": "Attention heads (encoder and decoder)."})
+    ffn_dim: int = field(default=1024, metadata={"help": "Feed-forward width."})
+    encoder_layers: int = field(default=4, metadata={"help": "Encoder layers."})
+    decoder_layers: int = field(default=3, metadata={"help": "Decoder layers."})
+    max_position_embeddings: int = field(default=256, metadata={"help": "Maximum positions."})
+    dropout: float = field(default=0.1, metadata={"help": "Dropout probability."})
+    generation_max_length: int = field(default=128, metadata={"help": "`max_length` of the generation config."})
+    max_tokens_per_sentence: int = field(default=64, metadata={"help": "Longer pairs (either side) are dropped."})
+    batch_target_tokens: int = field(default=3000, metadata={"help": "Padded target tokens per batch."})
+    learning_rate: float = field(default=1e-3, metadata={"help": "Peak learning rate."})
+    warmup_steps: int = field(default=1000, metadata={"help": "Linear warm-up, then inverse square root decay."})
+    adam_beta1: float = field(default=0.9, metadata={"help": "Adam beta1."})
+    adam_beta2: float = field(default=0.98, metadata={"help": "Adam beta2."})
+    label_smoothing: float = field(default=0.1, metadata={"help": "Label smoothing of the cross-entropy."})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient clipping norm."})
+    max_steps: int = field(default=10_000_000, metadata={"help": "Stop after this many optimizer steps."})
+    max_hours: float = field(default=8.0, metadata={"help": "Stop after this much training wall time (all runs)."})
+    seed: int = field(default=0, metadata={"help": "Seed for initialisation and batch order."})
+    num_threads: int = field(default=1, metadata={"help": "`torch.set_num_threads`."})
+    log_every_steps: int = field(default=20, metadata={"help": "Steps between log lines."})
+    save_every_minutes: float = field(default=10.0, metadata={"help": "Wall minutes between checkpoints."})
+    eval_every_minutes: float = field(default=30.0, metadata={"help": "Wall minutes between BLEU evaluations."})
+    eval_samples: int = field(default=300, metadata={"help": "First N validation sentences used for BLEU."})
+    eval_batch_size: int = field(default=50, metadata={"help": "Sentences per generation batch."})
+    max_train_examples: int | None = field(default=None, metadata={"help": "Debug: use only the first N pairs."})
+    resume: bool = field(default=False, metadata={"help": "Continue from `output_dir/checkpoint-last`."})
+
+    def __post_init__(self):
+        if self.tokenizer_model not in ("unigram", "bpe"):
+            raise ValueError(f"tokenizer_model must be 'unigram' or 'bpe', got {self.tokenizer_model!r}")
+        if self.d_model % self.attention_heads:
+            raise ValueError("d_model must be divisible by attention_heads")
+        if self.max_tokens_per_sentence > self.max_position_embeddings:
+            raise ValueError("max_tokens_per_sentence must not exceed max_position_embeddings")
+
+
+def parse_args(argv: list[str] | None = None) -> DemoVerifierArguments:
+    """Reads `--config <yaml>` as defaults, then applies the other command-line flags as overrides."""
+    argv = sys.argv[1:] if argv is None else argv
+    parser = HfArgumentParser(DemoVerifierArguments)
+    parser.add_argument("--config", type=str, default=None, help="YAML file with the values of the run.")
+    config_path = None
+    if "--config" in argv:
+        config_path = argv[argv.index("--config") + 1]
+    if config_path is not None:
+        with open(config_path, encoding="utf-8") as f:
+            values = yaml.safe_load(f) or {}
+        unknown = set(values) - {f for f in DemoVerifierArguments.__dataclass_fields__}
+        if unknown:
+            raise ValueError(f"unknown keys in {config_path}: {sorted(unknown)}")
+        parser.set_defaults(**values)
+    (args, _) = parser.parse_args_into_dataclasses(args=argv)
+    return args
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Data and tokenizer
+# ----------------------------------------------------------------------------------------------------------------
+def read_pairs(path: Path, limit: int | None = None) -> list[tuple[str, str]]:
+    """Reads `(en, de)` pairs from a translation `.jsonl` file."""
+    pairs = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            row = json.loads(line)["translation"]
+            pairs.append((row["en"], row["de"]))
+            if limit is not None and len(pairs) >= limit:
+                break
+    return pairs
+
+
+def train_tokenizer(
+    pairs: list[tuple[str, str]], args: DemoVerifierArguments, save_dir: Path
+) -> PreTrainedTokenizerFast:
+    """
+    Trains a shared en+de SentencePiece-style tokenizer (Metaspace pre-tokenizer, Unigram or BPE model).
+
+    Args:
+        pairs (`list[tuple[str, str]]`): Training sentence pairs.
+        args (`DemoVerifierArguments`): Uses `vocab_size` and `tokenizer_model`.
+        save_dir (`Path`): Where the tokenizer is saved in Hugging Face format.
+
+    Returns:
+        `PreTrainedTokenizerFast`: with `<pad>` (id 0), `</s>` (id 1), `<unk>` (id 2); `</s>` is appended on encoding.
+    """
+    special = [PAD, EOS, UNK]
+    if args.tokenizer_model == "unigram":
+        tokenizer = Tokenizer(models.Unigram())
+        trainer = trainers.UnigramTrainer(vocab_size=args.vocab_size, special_tokens=special, unk_token=UNK)
+    else:
+        tokenizer = Tokenizer(models.BPE(unk_token=UNK))
+        trainer = trainers.BpeTrainer(vocab_size=args.vocab_size, special_tokens=special)
+    tokenizer.normalizer = normalizers.NFKC()
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
+    tokenizer.decoder = decoders.Metaspace()
+    tokenizer.train_from_iterator((text for pair in pairs for text in pair), trainer=trainer, length=2 * len(pairs))
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"$A {EOS}", pair=f"$A $B {EOS}", special_tokens=[(EOS, tokenizer.token_to_id(EOS))]
+    )
+    hf_tokenizer = PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token=PAD, eos_token=EOS, unk_token=UNK)
+    hf_tokenizer.model_max_length = args.max_position_embeddings
+    hf_tokenizer.save_pretrained(save_dir)
+    return hf_tokenizer
+
+
+def encode_pairs(
+    tokenizer: PreTrainedTokenizerFast, pairs: list[tuple[str, str]], max_tokens: int
+) -> list[tuple[list[int], list[int]]]:
+    """Tokenizes pairs (with `</s>`) and drops those longer than `max_tokens` on either side."""
+    sources = tokenizer([en for en, _ in pairs], add_special_tokens=True)["input_ids"]
+    targets = tokenizer([de for _, de in pairs], add_special_tokens=True)["input_ids"]
+    return [(s, t) for s, t in zip(sources, targets, strict=True) if len(s) <= max_tokens and len(t) <= max_tokens]
+
+
+def make_batches(examples: list[tuple[list[int], list[int]]], max_target_tokens: int, seed: int) -> list[list[int]]:
+    """
+    Groups example indices into batches of similar length holding at most `max_target_tokens` padded target tokens.
+
+    The order depends only on `seed` (e.g. `seed + epoch`), so a run can be resumed at a batch index.
+    """
+    rng = random.Random(seed)
+    order = sorted(range(len(examples)), key=lambda i: (len(examples[i][1]), len(examples[i][0]), rng.random()))
+    batches, current, longest = [], [], 0
+    for i in order:
+        length = len(examples[i][1])
+        if current and max(longest, length) * (len(current) + 1) > max_target_tokens:
+            batches.append(current)
+            current, longest = [], 0
+        current.append(i)
+        longest = max(longest, length)
+    if current:
+        batches.append(current)
+    rng.shuffle(batches)
+    return batches
+
+
+def collate(
+    examples: list[tuple[list[int], list[int]]], indices: list[int], pad_id: int, decoder_start_id: int
+) -> dict[str, torch.Tensor]:
+    """Pads a batch; `labels` use -100 for padding and `decoder_input_ids` are the labels shifted right."""
+    sources, targets = [examples[i][0] for i in indices], [examples[i][1] for i in indices]
+    src_len, tgt_len = max(map(len, sources)), max(map(len, targets))
+    input_ids = torch.full((len(indices), src_len), pad_id, dtype=torch.long)  # (batch, src_len)
+    labels = torch.full((len(indices), tgt_len), -100, dtype=torch.long)  # (batch, tgt_len)
+    decoder_input_ids = torch.full((len(indices), tgt_len), pad_id, dtype=torch.long)  # (batch, tgt_len)
+    for row, (src, tgt) in enumerate(zip(sources, targets, strict=True)):
+        input_ids[row, : len(src)] = torch.tensor(src)
+        labels[row, : len(tgt)] = torch.tensor(tgt)
+        decoder_input_ids[row, 0] = decoder_start_id
+        decoder_input_ids[row, 1 : len(tgt)] = torch.tensor(tgt[:-1])
+    return {
+        "input_ids": input_ids,
+        "attention_mask": (input_ids != pad_id).long(),
+        "decoder_input_ids": decoder_input_ids,
+        "labels": labels,
+    }
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Model, optimisation, checkpoints
+# ----------------------------------------------------------------------------------------------------------------
+def build_model(args: DemoVerifierArguments, tokenizer: PreTrainedTokenizerFast) -> MarianMTModel:
+    """A randomly initialised `MarianMTModel` with shared, tied embeddings and a greedy generation config."""
+    config = MarianConfig(
+        vocab_size=len(tokenizer),
+        d_model=args.d_model,
+        encoder_layers=args.encoder_layers,
+        decoder_layers=args.decoder_layers,
+        encoder_attention_heads=args.attention_heads,
+        decoder_attention_heads=args.attention_heads,
+        encoder_ffn_dim=args.ffn_dim,
+        decoder_ffn_dim=args.ffn_dim,
+        max_position_embeddings=args.max_position_embeddings,
+        dropout=args.dropout,
+        activation_function="relu",
+        scale_embedding=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        forced_eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.pad_token_id,
+        share_encoder_decoder_embeddings=True,
+        tie_word_embeddings=True,
+    )
+    model = MarianMTModel(config)
+    model.generation_config = GenerationConfig(
+        max_length=args.generation_max_length,
+        num_beams=1,
+        do_sample=False,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.pad_token_id,
+        forced_eos_token_id=tokenizer.eos_token_id,
+    )
+    return model
+
+
+def inverse_sqrt_schedule(warmup_steps: int):
+    """Multiplier of the peak learning rate: linear warm-up, then `sqrt(warmup / step)` (Vaswani et al., 2017)."""
+
+    def factor(step: int) -> float:
+        step = max(step, 1)
+        return min(step / warmup_steps, math.sqrt(warmup_steps / step))
+
+    return factor
+
+
+def save_atomically(directory: Path, model: MarianMTModel, tokenizer: PreTrainedTokenizerFast, extra: dict) -> None:
+    """
+    Writes model + tokenizer (+ extra files) to a temporary directory, then swaps it in with renames.
+
+    `extra` maps a file name to a `dict` (`.json`) or any object (`torch.save`). The previous `directory` is kept as
+    `<directory>.old` until the new one is in place, so a good checkpoint always exists on disk.
+    """
+    tmp, old = directory.with_name(directory.name + ".tmp"), directory.with_name(directory.name + ".old")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    for name, obj in extra.items():
+        if name.endswith(".json"):
+            (tmp / name).write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
+        else:
+            torch.save(obj, tmp / name)
+    if directory.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        directory.rename(old)
+    tmp.rename(directory)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def find_checkpoint(output_dir: Path) -> Path:
+    """`checkpoint-last`, or `checkpoint-last.old` when a swap was interrupted between its two renames."""
+    for name in ("checkpoint-last", "checkpoint-last.old"):
+        if (output_dir / name / "trainer_state.pt").exists():
+            return output_dir / name
+    raise FileNotFoundError(f"--resume: no checkpoint in {output_dir}")
+
+
+@torch.no_grad()
+def evaluate_bleu(
+    model: MarianMTModel, tokenizer: PreTrainedTokenizerFast, pairs: list[tuple[str, str]], batch_size: int
+) -> dict[str, float]:
+    """Greedy-decodes the English side of `pairs` and scores detokenised BLEU / chrF with sacrebleu."""
+    was_training = model.training
+    model.eval()
+    hypotheses = []
+    for start in range(0, len(pairs), batch_size):
+        batch = tokenizer([en for en, _ in pairs[start : start + batch_size]], return_tensors="pt", padding=True)
+        output = model.generate(**batch, num_beams=1, do_sample=False)
+        hypotheses += tokenizer.batch_decode(output, skip_special_tokens=True)
+    model.train(was_training)
+    references = [[de for _, de in pairs]]
+    return {
+        "bleu": sacrebleu.corpus_bleu(hypotheses, references).score,
+        "chrf": sacrebleu.corpus_chrf(hypotheses, references).score,
+    }
+
+
+def setup_logging(output_dir: Path) -> None:
+    """Logs to stdout and (appending) to `output_dir/train.log`."""
+    formatter = logging.Formatter("%(asctime)s %(message)s", datefmt="%Y-%m-%d %H:%M:%S")
+    logger.setLevel(logging.INFO)
+    for handler in (logging.StreamHandler(sys.stdout), logging.FileHandler(output_dir / "train.log")):
+        handler.setFormatter(formatter)
+        logger.addHandler(handler)
+
+
+class StopRequested:
+    """Turns SIGTERM/SIGINT into a flag checked between optimizer steps, so the loop can checkpoint and exit."""
+
+    def __init__(self):
+        self.signal_name = None
+        signal.signal(signal.SIGTERM, self._handler)
+        signal.signal(signal.SIGINT, self._handler)
+
+    def _handler(self, signum, frame):
+        self.signal_name = signal.Signals(signum).name
+
+    def __bool__(self) -> bool:
+        return self.signal_name is not None
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Training
+# ----------------------------------------------------------------------------------------------------------------
+def training_function(args: DemoVerifierArguments) -> None:
+    """Runs (or resumes) the training loop until `max_steps`, `max_hours` or a signal."""
+    output_dir = Path(args.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    setup_logging(output_dir)
+    torch.set_num_threads(args.num_threads)
+    stop = StopRequested()
+    logger.info("arguments: %s", json.dumps(asdict(args)))
+
+    # 1. Tokenizer and data
+    train_pairs = read_pairs(Path(args.data_dir) / "train.jsonl", args.max_train_examples)
+    eval_pairs = read_pairs(Path(args.data_dir) / "validation.jsonl", args.eval_samples)
+    if args.resume:
+        checkpoint = find_checkpoint(output_dir)
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(checkpoint)
+    else:
+        start = time.perf_counter()
+        tokenizer = train_tokenizer(train_pairs, args, output_dir / "tokenizer")
+        logger.info("trained tokenizer (%d pieces) in %.0f s", len(tokenizer), time.perf_counter() - start)
+    examples = encode_pairs(tokenizer, train_pairs, args.max_tokens_per_sentence)
+    logger.info(
+        "%d / %d training pairs within %d tokens", len(examples), len(train_pairs), args.max_tokens_per_sentence
+    )
+
+    # 2. Model, optimizer, schedule
+    torch.manual_seed(args.seed)
+    model = MarianMTModel.from_pretrained(checkpoint) if args.resume else build_model(args, tokenizer)
+    model.train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.learning_rate, betas=(args.adam_beta1, args.adam_beta2))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, inverse_sqrt_schedule(args.warmup_steps))
+    state = {"step": 0, "epoch": 0, "batch_index": 0, "elapsed": 0.0, "best_bleu": -1.0, "target_tokens": 0}
+    if args.resume:
+        saved = torch.load(checkpoint / "trainer_state.pt", weights_only=False)
+        optimizer.load_state_dict(saved["optimizer"])
+        scheduler.load_state_dict(saved["scheduler"])
+        torch.set_rng_state(saved["torch_rng"])
+        random.setstate(saved["python_rng"])
+        state = saved["state"]
+        logger.info(
+            "resumed from %s at step %d (epoch %d, batch %d)",
+            checkpoint,
+            state["step"],
+            state["epoch"],
+            state["batch_index"],
+        )
+    logger.info("model: %.2fM parameters", sum(p.numel() for p in model.parameters()) / 1e6)
+
+    def save_checkpoint() -> None:
+        trainer_state = {
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "python_rng": random.getstate(),
+            "state": dict(state),
+            "args": asdict(args),
+        }
+        save_atomically(output_dir / "checkpoint-last", model, tokenizer, {"trainer_state.pt": trainer_state})
+        logger.info("saved %s at step %d", output_dir / "checkpoint-last", state["step"])
+
+    def run_evaluation() -> None:
+        start = time.perf_counter()
+        scores = evaluate_bleu(model, tokenizer, eval_pairs, args.eval_batch_size)
+        logger.info(
+            "eval step %d: BLEU %.2f chrF %.2f on %d validation sentences (%.0f s)",
+            state["step"], scores["bleu"], scores["chrf"], len(eval_pairs), time.perf_counter() - start,
+        )  # fmt: skip
+        if scores["bleu"] > state["best_bleu"]:
+            state["best_bleu"] = scores["bleu"]
+            results = {"step": state["step"], "num_sentences": len(eval_pairs), **scores}
+            save_atomically(output_dir / "best", model, tokenizer, {"eval_results.json": results})
+            logger.info("new best BLEU %.2f saved to %s", scores["bleu"], output_dir / "best")
+
+    # 3. Loop: one optimizer step per token bucket
+    session_start = time.time()
+    elapsed_at_start = state["elapsed"]
+    last_save = last_eval = time.time()
+    window_loss, window_tokens, window_start = 0.0, 0, time.time()
+    reason = "max_steps"
+    while state["step"] < args.max_steps:
+        batches = make_batches(examples, args.batch_target_tokens, args.seed + state["epoch"])
+        while state["batch_index"] < len(batches) and state["step"] < args.max_steps:
+            batch = collate(
+                examples, batches[state["batch_index"]], tokenizer.pad_token_id, model.config.decoder_start_token_id
+            )
+            logits = model(
+                input_ids=batch["input_ids"],
+                attention_mask=batch["attention_mask"],
+                decoder_input_ids=batch["decoder_input_ids"],
+            ).logits  # (batch, tgt_len, vocab)
+            num_tokens = int((batch["labels"] != -100).sum())
+            loss = (
+                F.cross_entropy(
+                    logits.view(-1, logits.size(-1)),
+                    batch["labels"].view(-1),
+                    ignore_index=-100,
+                    label_smoothing=args.label_smoothing,
+                    reduction="sum",
+                )
+                / num_tokens
+            )
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm)
+            optimizer.step()
+            scheduler.step()
+            state["step"] += 1
+            state["batch_index"] += 1
+            state["target_tokens"] += num_tokens
+            state["elapsed"] = elapsed_at_start + time.time() - session_start
+            window_loss += loss.item() * num_tokens
+            window_tokens += num_tokens
+
+            if state["step"] % args.log_every_steps == 0:
+                now = time.time()
+                logger.info(
+                    "step %d epoch %d loss %.4f lr %.2e tgt_tok/s %.0f elapsed %.1f min",
+                    state["step"], state["epoch"], window_loss / window_tokens, scheduler.get_last_lr()[0],
+                    window_tokens / (now - window_start), state["elapsed"] / 60,
+                )  # fmt: skip
+                window_loss, window_tokens, window_start = 0.0, 0, now
+            if stop or state["elapsed"] > args.max_hours * 3600:
+                break
+            if time.time() - last_eval > args.eval_every_minutes * 60:
+                run_evaluation()
+                last_eval = time.time()
+            if time.time() - last_save > args.save_every_minutes * 60:
+                save_checkpoint()
+                last_save = time.time()
+        if stop:
+            reason = f"signal {stop.signal_name}"
+            break
+        if state["elapsed"] > args.max_hours * 3600:
+            reason = "max_hours"
+            break
+        if state["batch_index"] >= len(batches):
+            state["epoch"] += 1
+            state["batch_index"] = 0
+    save_checkpoint()
+    logger.info("stopped (%s) at step %d after %.1f min of training", reason, state["step"], state["elapsed"] / 60)
+
+
+def main() -> None:
+    training_function(parse_args())
+
+
+if __name__ == "__main__":
+    main()

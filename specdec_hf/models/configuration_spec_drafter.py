@@ -1,0 +1,173 @@
+"""Spec-Drafter model configuration.
+
+The Spec-Drafter is the non-autoregressive drafter of Speculative Decoding (Xia et al., 2023, arXiv 2203.16487): an
+encoder-decoder that reads the source and the accepted prefix followed by `block_size` mask tokens, and predicts the
+next `block_size` tokens in parallel.
+"""
+
+from typing import Any
+
+from transformers import PretrainedConfig
+
+PREFIX_ATTENTION_TYPES = ("bidirectional", "causal")
+POSITION_EMBEDDING_TYPES = ("learned", "sinusoidal")
+
+
+class SpecDrafterConfig(PretrainedConfig):
+    r"""
+    This is the configuration class to store the configuration of a [`SpecDrafterModel`]. It defines the drafter's
+    architecture; the defaults give a "deep-shallow" drafter (6 encoder layers, 2 decoder layers, width 512) that
+    drafts 10 tokens per call. [`SpecDrafterModel.from_verifier`] fills it in from a verifier instead.
+
+    Args:
+        vocab_size (`int`, *optional*, defaults to 32000):
+            Vocabulary size; must equal the verifier's (the drafter shares the verifier's tokenizer).
+        max_position_embeddings (`int`, *optional*, defaults to 1024):
+            Number of learned decoder positions (prefix plus `block_size` masks), and of the own encoder's positions.
+        d_model (`int`, *optional*, defaults to 512):
+            Width of the encoder and the decoder. When `encoder_config` is set it must equal the nested config's
+            `d_model`.
+        encoder_layers (`int`, *optional*, defaults to 6):
+            Number of layers of the own encoder. Ignored when `encoder_config` is set (the nested config decides) or
+            when `use_verifier_encoder=True` (no encoder).
+        encoder_attention_heads (`int`, *optional*, defaults to 8):
+            Attention heads of each own-encoder layer.
+        encoder_ffn_dim (`int`, *optional*, defaults to 2048):
+            Feed-forward width of each own-encoder layer.
+        encoder_position_embedding_type (`str`, *optional*, defaults to `"learned"`):
+            Positions of the own encoder: `"learned"` or `"sinusoidal"`.
+        decoder_layers (`int`, *optional*, defaults to 2):
+            Number of decoder layers (keep it small: the decoder runs once per drafting iteration).
+        decoder_attention_heads (`int`, *optional*, defaults to 8):
+            Attention heads of each decoder layer (self- and cross-attention).
+        decoder_ffn_dim (`int`, *optional*, defaults to 2048):
+            Feed-forward width of each decoder layer.
+        activation_function (`str`, *optional*, defaults to `"gelu"`):
+            Feed-forward activation, any key of `transformers.activations.ACT2FN`.
+        dropout (`float`, *optional*, defaults to 0.1):
+            Dropout on embeddings and residual branches (training only).
+        attention_dropout (`float`, *optional*, defaults to 0.0):
+            Dropout on attention probabilities (training only).
+        layer_norm_eps (`float`, *optional*, defaults to 1e-5):
+            Epsilon of the drafter's own layer norms.
+        scale_embedding (`bool`, *optional*, defaults to `False`):
+            Whether token embeddings fed to the decoder (and to the own encoder) are scaled by `sqrt(d_model)`.
+        block_size (`int`, *optional*, defaults to 10):
+            Number of tokens drafted per call (k), i.e. number of mask slots, each with its own learned query.
+        prefix_attention (`str`, *optional*, defaults to `"bidirectional"`):
+            How the decoder's prefix tokens attend to each other. `"bidirectional"` (the paper): prefix tokens and
+            masks attend to each other both ways and the whole prefix is re-read at every call. `"causal"`: prefix
+            tokens attend causally, so their keys and values are cached across calls and each call only feeds the
+            new tokens; the masks still see the whole prefix and each other.
+        use_verifier_encoder (`bool`, *optional*, defaults to `False`):
+            If `True` the drafter has no encoder and cross-attends to the verifier's encoder output (projected to
+            `d_model` when `verifier_d_model` differs).
+        verifier_d_model (`int`, *optional*):
+            Width of the verifier's encoder output; used with `use_verifier_encoder=True` (defaults to `d_model`).
+        encoder_config (`dict`, *optional*):
+            The verifier family's config (`to_diff_dict()`, with `model_type`) describing the encoder: when set, the
+            encoder is that family's own encoder module from transformers (e.g. `BartEncoder`, `T5Stack`).
+        verifier_name_or_path (`str`, *optional*):
+            Name or path of the verifier the drafter was built for (informative).
+        verifier_vocab_size (`int`, *optional*):
+            Vocabulary size of that verifier (informative; checked against the verifier at decoding time).
+        init_std (`float`, *optional*, defaults to 0.02):
+            Standard deviation of the normal initialiser of the drafter's own weights.
+        pad_token_id (`int`, *optional*, defaults to 1):
+            Padding token id.
+        bos_token_id (`int`, *optional*, defaults to 0):
+            Beginning-of-sequence token id.
+        eos_token_id (`int` or `list[int]`, *optional*, defaults to 2):
+            End-of-sequence token id(s).
+        decoder_start_token_id (`int`, *optional*, defaults to 2):
+            The verifier's decoder start token, first token of every prefix.
+        tie_word_embeddings (`bool`, *optional*, defaults to `True`):
+            Whether the LM head (and a transformers encoder's token embedding) are tied to the shared embedding.
+
+    Example:
+
+    ```python
+    >>> from specdec_hf import SpecDrafterConfig, SpecDrafterModel
+
+    >>> # A deep-shallow drafter drafting 10 tokens per call, with a prefix cache
+    >>> configuration = SpecDrafterConfig(vocab_size=32000, block_size=10, prefix_attention="causal")
+
+    >>> # Initializing a model (with random weights) from the configuration
+    >>> model = SpecDrafterModel(configuration)
+
+    >>> # Accessing the model configuration
+    >>> configuration = model.config
+    ```"""
+
+    model_type = "spec_drafter"
+    attribute_map = {"hidden_size": "d_model"}
+
+    vocab_size: int = 32000
+    max_position_embeddings: int = 1024
+    d_model: int = 512
+    encoder_layers: int = 6
+    encoder_attention_heads: int = 8
+    encoder_ffn_dim: int = 2048
+    encoder_position_embedding_type: str = "learned"
+    decoder_layers: int = 2
+    decoder_attention_heads: int = 8
+    decoder_ffn_dim: int = 2048
+    activation_function: str = "gelu"
+    dropout: float | int = 0.1
+    attention_dropout: float | int = 0.0
+    layer_norm_eps: float = 1e-5
+    scale_embedding: bool = False
+    block_size: int = 10
+    prefix_attention: str = "bidirectional"
+    use_verifier_encoder: bool = False
+    verifier_d_model: int | None = None
+    encoder_config: dict[str, Any] | None = None
+    verifier_name_or_path: str | None = None
+    verifier_vocab_size: int | None = None
+    init_std: float = 0.02
+    pad_token_id: int | None = 1
+    bos_token_id: int | None = 0
+    eos_token_id: int | list[int] | None = 2
+    decoder_start_token_id: int | None = 2
+    tie_word_embeddings: bool = True
+
+    def __post_init__(self, **kwargs):
+        if self.block_size < 1:
+            raise ValueError(f"`block_size` must be at least 1, got {self.block_size}.")
+        if self.prefix_attention not in PREFIX_ATTENTION_TYPES:
+            raise ValueError(
+                f"`prefix_attention` must be one of {PREFIX_ATTENTION_TYPES}, got {self.prefix_attention!r}."
+            )
+        if self.encoder_position_embedding_type not in POSITION_EMBEDDING_TYPES:
+            raise ValueError(
+                f"`encoder_position_embedding_type` must be one of {POSITION_EMBEDDING_TYPES}, got "
+                f"{self.encoder_position_embedding_type!r}."
+            )
+        if self.d_model % self.decoder_attention_heads != 0:
+            raise ValueError(
+                f"`d_model` ({self.d_model}) must be divisible by `decoder_attention_heads` "
+                f"({self.decoder_attention_heads})."
+            )
+        if self.encoder_config is not None:
+            if self.use_verifier_encoder:
+                raise ValueError(
+                    "`encoder_config` and `use_verifier_encoder=True` exclude each other: a drafter either has an "
+                    "encoder or reads the verifier's encoder output."
+                )
+            if "model_type" not in self.encoder_config:
+                raise ValueError("`encoder_config` must contain the verifier family's `model_type`.")
+            encoder_d_model = self.encoder_config.get("d_model", self.d_model)
+            if encoder_d_model != self.d_model:
+                raise ValueError(
+                    f"`d_model` ({self.d_model}) must equal the width of `encoder_config` ({encoder_d_model}): the "
+                    "decoder is as wide as the encoder."
+                )
+        elif not self.use_verifier_encoder and self.d_model % self.encoder_attention_heads != 0:
+            raise ValueError(
+                f"`d_model` ({self.d_model}) must be divisible by `encoder_attention_heads` "
+                f"({self.encoder_attention_heads})."
+            )
+        super().__post_init__(**kwargs)
+
+
+__all__ = ["SpecDrafterConfig"]

@@ -1,0 +1,913 @@
+"""PyTorch Spec-Drafter model.
+
+The Spec-Drafter of Speculative Decoding (Xia et al., 2023, arXiv 2203.16487; official fairseq code:
+github.com/hemingkx/SpecDec) is a small non-autoregressive encoder-decoder that shares the verifier's vocabulary. Its
+decoder reads the accepted prefix followed by k mask tokens and predicts the next k tokens in one forward pass; each
+mask slot has its own learned query so that the k predictions differ.
+
+This module builds it from blocks to heads:
+
+- [`SpecDrafterAttention`], [`SpecDrafterEncoderLayer`], [`SpecDrafterDecoderLayer`]: pre-LN Transformer blocks on
+  `torch.nn.functional.scaled_dot_product_attention` with explicit boolean masks.
+- [`SpecDrafterEncoder`]: the compact own encoder of a drafter built from a plain config. A drafter built with
+  [`SpecDrafterModel.from_verifier`] instead uses the verifier family's own encoder module from transformers
+  (`BartEncoder`, `T5Stack`, ...), initialised from the verifier's weights, or no encoder at all
+  (`use_verifier_encoder=True`).
+- [`SpecDrafterDecoder`]: the drafting decoder, with an optional key/value cache over the committed prefix
+  (`prefix_attention="causal"`).
+- [`SpecDrafterModel`]: the `PreTrainedModel`, which also implements the drafting interface of
+  :mod:`specdec_hf.drafting` used by the speculative decoding loop.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from dataclasses import dataclass, fields, replace
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import AutoConfig, PreTrainedModel
+from transformers import initialization as init
+from transformers.activations import ACT2FN
+from transformers.utils import ModelOutput
+
+from ..drafting import Drafter, DraftProposal
+from .configuration_spec_drafter import SpecDrafterConfig
+
+# Verifier families whose encoder a drafter can reuse: model_type -> (module, encoder class) in transformers.
+# The classes are imported lazily, when a drafter of that family is built.
+ENCODER_CLASSES = {
+    "bart": ("transformers.models.bart.modeling_bart", "BartEncoder"),
+    "mbart": ("transformers.models.mbart.modeling_mbart", "MBartEncoder"),
+    "marian": ("transformers.models.marian.modeling_marian", "MarianEncoder"),
+    "pegasus": ("transformers.models.pegasus.modeling_pegasus", "PegasusEncoder"),
+    "t5": ("transformers.models.t5.modeling_t5", "T5Stack"),
+    "mt5": ("transformers.models.t5.modeling_t5", "T5Stack"),
+}
+# Config key holding the number of encoder layers, where it is not `encoder_layers`.
+_ENCODER_LAYERS_KEY = {"t5": "num_layers", "mt5": "num_layers"}
+_T5_LIKE = ("t5", "mt5")
+
+
+def build_transformers_encoder(encoder_config: dict) -> PreTrainedModel:
+    """Build the encoder module of a transformers model family from that family's config dict.
+
+    Args:
+        encoder_config (`dict`): A config dict with a `model_type` key among `ENCODER_CLASSES`.
+
+    Returns:
+        `PreTrainedModel`: e.g. a `BartEncoder`, or a non-decoder `T5Stack` for T5/mT5, randomly initialised.
+    """
+    config_kwargs = dict(encoder_config)
+    model_type = config_kwargs.pop("model_type")
+    if model_type not in ENCODER_CLASSES:
+        raise ValueError(
+            f"Unsupported encoder family {model_type!r} in `encoder_config`; supported: {sorted(ENCODER_CLASSES)}."
+        )
+    config = AutoConfig.for_model(model_type, **config_kwargs)
+    if model_type in _T5_LIKE:
+        config.is_decoder = False
+        config.use_cache = False
+        config.is_encoder_decoder = False
+    module_name, class_name = ENCODER_CLASSES[model_type]
+    encoder_class = getattr(importlib.import_module(module_name), class_name)
+    return encoder_class(config)
+
+
+@dataclass
+class SpecDrafterOutput(ModelOutput):
+    """
+    Output of [`SpecDrafterModel.forward`].
+
+    Args:
+        loss (`torch.FloatTensor` of shape `()`, *optional*, returned when `labels` is given):
+            Cross-entropy of the k drafted positions against `labels` (positions labelled -100 ignored).
+        logits (`torch.FloatTensor` of shape `(batch_size, block_size, vocab_size)`):
+            Scores of the k mask slots; slot j predicts the token at position `prefix_length + j`.
+        encoder_last_hidden_state (`torch.FloatTensor` of shape `(batch_size, source_length, hidden_size)`):
+            The encoder output the decoder attended to (the verifier's, unprojected, with `use_verifier_encoder`);
+            pass it back as `encoder_hidden_states` to skip the encoder.
+    """
+
+    loss: torch.FloatTensor | None = None
+    logits: torch.FloatTensor | None = None
+    encoder_last_hidden_state: torch.FloatTensor | None = None
+
+
+@dataclass
+class SpecDrafterState:
+    """Per-`generate()` drafting state of a [`SpecDrafterModel`] (owned by the drafter, opaque to the loop).
+
+    Args:
+        cross_key_values (`tuple` of `(key, value)` per decoder layer, each of shape
+            `(batch_size, num_heads, source_length, head_dim)`):
+            The cross-attention keys and values of the encoder output, projected once per `generate()` call.
+        encoder_attention_mask (`torch.BoolTensor` of shape `(batch_size, 1, 1, source_length)`, *optional*):
+            `True` for source tokens; `None` when the source has no padding.
+        prefix_key_values (`tuple` of `(key, value)` per decoder layer, each of shape
+            `(batch_size, num_heads, capacity, head_dim)`, *optional*):
+            Self-attention key/value buffers of the committed prefix (`prefix_attention="causal"` only). Positions
+            `[0, cache_length)` are valid for every row; the rest is scratch space.
+        cache_length (`int`):
+            Number of cached prefix positions, shared by all rows.
+    """
+
+    cross_key_values: tuple[tuple[torch.Tensor, torch.Tensor], ...]
+    encoder_attention_mask: torch.BoolTensor | None = None
+    prefix_key_values: tuple[tuple[torch.Tensor, torch.Tensor], ...] | None = None
+    cache_length: int = 0
+
+
+class SpecDrafterSinusoidalPositionalEmbedding(nn.Embedding):
+    """Fixed sinusoidal positions (sin features in the first half, cos in the second), as in Marian."""
+
+    def __init__(self, num_positions: int, embedding_dim: int):
+        super().__init__(num_positions, embedding_dim, _freeze=True)
+
+    def create_weight(self) -> torch.Tensor:
+        num_positions, dim = self.weight.shape
+        positions = torch.arange(num_positions, dtype=torch.float64)[:, None]
+        inv_freq = torch.pow(10000.0, -torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+        angles = positions * inv_freq[None, :]
+        out = torch.empty(num_positions, dim, dtype=torch.float64)
+        half = (dim + 1) // 2
+        out[:, :half] = torch.sin(angles)
+        out[:, half:] = torch.cos(angles[:, : dim - half])
+        return out.to(self.weight.dtype)
+
+
+class SpecDrafterAttention(nn.Module):
+    """Multi-head attention on `scaled_dot_product_attention`, for self-attention (optionally writing its keys and
+    values into a cache buffer) and for cross-attention to precomputed keys and values."""
+
+    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0):
+        super().__init__()
+        self.embed_dim = embed_dim
+        self.num_heads = num_heads
+        self.head_dim = embed_dim // num_heads
+        self.dropout = dropout
+        self.q_proj = nn.Linear(embed_dim, embed_dim)
+        self.k_proj = nn.Linear(embed_dim, embed_dim)
+        self.v_proj = nn.Linear(embed_dim, embed_dim)
+        self.out_proj = nn.Linear(embed_dim, embed_dim)
+
+    def _split_heads(self, states: torch.Tensor) -> torch.Tensor:
+        batch_size, length, _ = states.shape
+        return states.view(batch_size, length, self.num_heads, self.head_dim).transpose(1, 2)
+
+    def project_key_value(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`(batch_size, length, embed_dim)` -> key and value, each `(batch_size, num_heads, length, head_dim)`."""
+        return self._split_heads(self.k_proj(states)), self._split_heads(self.v_proj(states))
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.BoolTensor | None = None,
+        key_value: tuple[torch.Tensor, torch.Tensor] | None = None,
+        cache: tuple[torch.Tensor, torch.Tensor] | None = None,
+        cache_length: int = 0,
+        num_queries: int | None = None,
+    ) -> torch.Tensor:
+        """
+        Args:
+            hidden_states (`torch.FloatTensor` of shape `(batch_size, length, embed_dim)`): The (normed) inputs.
+            attention_mask (`torch.BoolTensor` broadcastable to `(batch_size, num_heads, num_queries, key_length)`):
+                `True` where a query may attend to a key.
+            key_value (`tuple(torch.FloatTensor)`, *optional*):
+                Precomputed keys and values (cross-attention); `None` for self-attention over `hidden_states`.
+            cache (`tuple(torch.FloatTensor)`, *optional*):
+                Self-attention key/value buffers of shape `(batch_size, num_heads, capacity, head_dim)`; the new keys
+                and values are written at `[cache_length, cache_length + length)` and attention runs over
+                `[0, cache_length + length)`.
+            cache_length (`int`): Number of valid cached positions.
+            num_queries (`int`, *optional*): Only compute the outputs of the last `num_queries` positions.
+
+        Returns:
+            `torch.FloatTensor` of shape `(batch_size, num_queries or length, embed_dim)`.
+        """
+        if key_value is None:
+            key, value = self.project_key_value(hidden_states)
+            if cache is not None:
+                end = cache_length + hidden_states.shape[1]
+                key_cache, value_cache = cache
+                key_cache[:, :, cache_length:end] = key
+                value_cache[:, :, cache_length:end] = value
+                key, value = key_cache[:, :, :end], value_cache[:, :, :end]
+        else:
+            key, value = key_value
+        if num_queries is not None:
+            hidden_states = hidden_states[:, -num_queries:]
+        query = self._split_heads(self.q_proj(hidden_states))
+        attn_output = F.scaled_dot_product_attention(
+            query, key, value, attn_mask=attention_mask, dropout_p=self.dropout if self.training else 0.0
+        )
+        batch_size, _, num_out, _ = attn_output.shape
+        attn_output = attn_output.transpose(1, 2).reshape(batch_size, num_out, self.embed_dim)
+        return self.out_proj(attn_output)
+
+
+class SpecDrafterFeedForward(nn.Module):
+    def __init__(self, config: SpecDrafterConfig, ffn_dim: int):
+        super().__init__()
+        self.fc1 = nn.Linear(config.d_model, ffn_dim)
+        self.fc2 = nn.Linear(ffn_dim, config.d_model)
+        self.activation_fn = ACT2FN[config.activation_function]
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.activation_fn(self.fc1(hidden_states)))
+
+
+class SpecDrafterEncoderLayer(nn.Module):
+    """Pre-LN encoder layer: self-attention and feed-forward."""
+
+    def __init__(self, config: SpecDrafterConfig):
+        super().__init__()
+        self.dropout = config.dropout
+        self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.self_attn = SpecDrafterAttention(config.d_model, config.encoder_attention_heads, config.attention_dropout)
+        self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.mlp = SpecDrafterFeedForward(config, config.encoder_ffn_dim)
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.BoolTensor | None) -> torch.Tensor:
+        residual = hidden_states
+        hidden_states = self.self_attn(self.self_attn_layer_norm(hidden_states), attention_mask=attention_mask)
+        hidden_states = residual + F.dropout(hidden_states, p=self.dropout, training=self.training)
+        residual = hidden_states
+        hidden_states = self.mlp(self.final_layer_norm(hidden_states))
+        return residual + F.dropout(hidden_states, p=self.dropout, training=self.training)
+
+
+class SpecDrafterDecoderLayer(nn.Module):
+    """Pre-LN decoder layer: self-attention over [prefix + masks], cross-attention to the source, feed-forward."""
+
+    def __init__(self, config: SpecDrafterConfig):
+        super().__init__()
+        self.dropout = config.dropout
+        self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.self_attn = SpecDrafterAttention(config.d_model, config.decoder_attention_heads, config.attention_dropout)
+        self.encoder_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.encoder_attn = SpecDrafterAttention(
+            config.d_model, config.decoder_attention_heads, config.attention_dropout
+        )
+        self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.mlp = SpecDrafterFeedForward(config, config.decoder_ffn_dim)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.BoolTensor,
+        cross_key_value: tuple[torch.Tensor, torch.Tensor],
+        encoder_attention_mask: torch.BoolTensor | None,
+        cache: tuple[torch.Tensor, torch.Tensor] | None = None,
+        cache_length: int = 0,
+        num_queries: int | None = None,
+    ) -> torch.Tensor:
+        """See [`SpecDrafterAttention.forward`]; returns `(batch_size, num_queries or length, d_model)`."""
+        residual = hidden_states if num_queries is None else hidden_states[:, -num_queries:]
+        hidden_states = self.self_attn(
+            self.self_attn_layer_norm(hidden_states),
+            attention_mask=attention_mask,
+            cache=cache,
+            cache_length=cache_length,
+            num_queries=num_queries,
+        )
+        hidden_states = residual + F.dropout(hidden_states, p=self.dropout, training=self.training)
+        residual = hidden_states
+        hidden_states = self.encoder_attn(
+            self.encoder_attn_layer_norm(hidden_states),
+            attention_mask=encoder_attention_mask,
+            key_value=cross_key_value,
+        )
+        hidden_states = residual + F.dropout(hidden_states, p=self.dropout, training=self.training)
+        residual = hidden_states
+        hidden_states = self.mlp(self.final_layer_norm(hidden_states))
+        return residual + F.dropout(hidden_states, p=self.dropout, training=self.training)
+
+
+class SpecDrafterEncoder(nn.Module):
+    """Compact pre-LN Transformer encoder of a drafter built from a plain config (token embedding held by the model).
+
+    Args:
+        config ([`SpecDrafterConfig`]): Uses `encoder_layers`, `encoder_attention_heads`, `encoder_ffn_dim` and
+            `encoder_position_embedding_type`.
+    """
+
+    def __init__(self, config: SpecDrafterConfig):
+        super().__init__()
+        self.dropout = config.dropout
+        if config.encoder_position_embedding_type == "sinusoidal":
+            self.embed_positions = SpecDrafterSinusoidalPositionalEmbedding(
+                config.max_position_embeddings, config.d_model
+            )
+        else:
+            self.embed_positions = nn.Embedding(config.max_position_embeddings, config.d_model)
+        self.layers = nn.ModuleList([SpecDrafterEncoderLayer(config) for _ in range(config.encoder_layers)])
+        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+
+    def forward(self, inputs_embeds: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """
+        Args:
+            inputs_embeds (`torch.FloatTensor` of shape `(batch_size, source_length, d_model)`): Token embeddings.
+            attention_mask (`torch.Tensor` of shape `(batch_size, source_length)`, *optional*): 1 for tokens, 0 for
+                padding.
+
+        Returns:
+            `torch.FloatTensor` of shape `(batch_size, source_length, d_model)`.
+        """
+        positions = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device)
+        hidden_states = inputs_embeds + self.embed_positions(positions)
+        hidden_states = F.dropout(hidden_states, p=self.dropout, training=self.training)
+        mask = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
+        for layer in self.layers:
+            hidden_states = layer(hidden_states, mask)
+        return self.layer_norm(hidden_states)
+
+
+class SpecDrafterDecoder(nn.Module):
+    """The drafting decoder: [prefix tokens + k mask slots] -> hidden states of the k mask slots.
+
+    Each mask slot j of a row with prefix length L sits at position L + j; its input is the shared mask embedding plus
+    the learned query of block position j plus the learned position L + j. With `prefix_attention="bidirectional"`
+    every position attends to every valid position; with `"causal"` prefix tokens attend only to earlier prefix
+    tokens (so their keys and values can be cached), while the masks attend to the whole prefix and to each other.
+
+    Args:
+        config ([`SpecDrafterConfig`]): Uses `decoder_*`, `block_size`, `max_position_embeddings`,
+            `prefix_attention`.
+    """
+
+    def __init__(self, config: SpecDrafterConfig):
+        super().__init__()
+        self.dropout = config.dropout
+        self.causal_prefix = config.prefix_attention == "causal"
+        self.embed_positions = nn.Embedding(config.max_position_embeddings, config.d_model)
+        self.mask_embedding = nn.Parameter(torch.empty(config.d_model))
+        self.block_query_embeddings = nn.Embedding(config.block_size, config.d_model)
+        self.layers = nn.ModuleList([SpecDrafterDecoderLayer(config) for _ in range(config.decoder_layers)])
+        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+
+    def project_encoder_states(
+        self, encoder_hidden_states: torch.Tensor
+    ) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
+        """Cross-attention keys and values of every layer, each `(batch_size, num_heads, source_length, head_dim)`."""
+        return tuple(layer.encoder_attn.project_key_value(encoder_hidden_states) for layer in self.layers)
+
+    def forward(
+        self,
+        inputs_embeds: torch.Tensor,
+        prefix_positions: torch.LongTensor,
+        prefix_mask: torch.BoolTensor,
+        mask_positions: torch.LongTensor,
+        cross_key_values: tuple[tuple[torch.Tensor, torch.Tensor], ...],
+        encoder_attention_mask: torch.BoolTensor | None = None,
+        cache: tuple[tuple[torch.Tensor, torch.Tensor], ...] | None = None,
+        cache_length: int = 0,
+    ) -> torch.Tensor:
+        """
+        Args:
+            inputs_embeds (`torch.FloatTensor` of shape `(batch_size, num_new, d_model)`):
+                Embedded prefix tokens not in the cache (the whole prefix without a cache), right-padded.
+            prefix_positions (`torch.LongTensor` of shape `(num_new,)` or `(batch_size, num_new)`):
+                Their positions.
+            prefix_mask (`torch.BoolTensor` of shape `(batch_size, num_new)`): `True` for real tokens.
+            mask_positions (`torch.LongTensor` of shape `(batch_size, block_size)`):
+                Positions of the mask slots (`prefix_length + j`).
+            cross_key_values (`tuple`): From [`~SpecDrafterDecoder.project_encoder_states`].
+            encoder_attention_mask (`torch.BoolTensor` of shape `(batch_size, 1, 1, source_length)`, *optional*):
+                `True` for source tokens.
+            cache (`tuple` of `(key, value)` buffers per layer, *optional*):
+                Prefix key/value buffers of shape `(batch_size, num_heads, capacity, head_dim)` with
+                `capacity >= cache_length + num_new + block_size` (causal prefix attention only).
+            cache_length (`int`): Number of valid cached prefix positions (shared by all rows).
+
+        Returns:
+            `torch.FloatTensor` of shape `(batch_size, block_size, d_model)`: final hidden states of the mask slots.
+        """
+        batch_size, num_new, _ = inputs_embeds.shape
+        block_size = mask_positions.shape[1]
+        device = inputs_embeds.device
+
+        prefix_states = inputs_embeds + self.embed_positions(prefix_positions)
+        mask_states = (self.mask_embedding + self.block_query_embeddings.weight[:block_size]) + self.embed_positions(
+            mask_positions
+        )
+        hidden_states = torch.cat([prefix_states, mask_states], dim=1)
+        hidden_states = F.dropout(hidden_states, p=self.dropout, training=self.training)
+
+        # Self-attention mask, True = may attend: keys are [cache | new prefix tokens | masks].
+        key_mask = torch.cat([prefix_mask, prefix_mask.new_ones(batch_size, block_size)], dim=1)
+        if cache_length > 0:
+            key_mask = torch.cat([key_mask.new_ones(batch_size, cache_length), key_mask], dim=1)
+        attention_mask = key_mask[:, None, None, :]  # (batch_size, 1, 1, key_length)
+        if self.causal_prefix:
+            query_index = torch.arange(num_new + block_size, device=device)[:, None]
+            key_index = torch.arange(cache_length + num_new + block_size, device=device)[None, :]
+            allowed = (key_index <= cache_length + query_index) | (query_index >= num_new)
+            attention_mask = attention_mask & allowed  # (batch_size, 1, num_queries, key_length)
+        last_mask = attention_mask[:, :, -block_size:] if attention_mask.shape[2] > 1 else attention_mask
+
+        last_index = len(self.layers) - 1
+        for index, layer in enumerate(self.layers):
+            is_last = index == last_index
+            hidden_states = layer(
+                hidden_states,
+                attention_mask=last_mask if is_last else attention_mask,
+                cross_key_value=cross_key_values[index],
+                encoder_attention_mask=encoder_attention_mask,
+                cache=None if cache is None else cache[index],
+                cache_length=cache_length,
+                # the last layer only needs the mask slots' outputs (their keys/values still see every position)
+                num_queries=block_size if is_last else None,
+            )
+        return self.layer_norm(hidden_states)
+
+
+class SpecDrafterPreTrainedModel(PreTrainedModel):
+    config: SpecDrafterConfig
+    config_class = SpecDrafterConfig
+    base_model_prefix = "spec_drafter"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = False
+    _supports_sdpa = True
+    _no_split_modules = ["SpecDrafterEncoderLayer", "SpecDrafterDecoderLayer"]
+    _keys_to_ignore_on_load_missing = ["final_logits_bias"]
+
+    def _init_weights(self, module: nn.Module):
+        if isinstance(module, SpecDrafterSinusoidalPositionalEmbedding):
+            init.copy_(module.weight, module.create_weight())
+        else:
+            super()._init_weights(module)
+        if isinstance(module, SpecDrafterDecoder):
+            init.normal_(module.mask_embedding, mean=0.0, std=self.config.init_std)
+        elif isinstance(module, SpecDrafterModel):
+            init.zeros_(module.final_logits_bias)
+
+
+class SpecDrafterModel(SpecDrafterPreTrainedModel, Drafter):
+    """The Spec-Drafter: an encoder-decoder that drafts `block_size` tokens in parallel for a verifier.
+
+    Use [`~SpecDrafterModel.forward`] for training (prefix + labels of the next k tokens) and the drafting interface
+    (`init_drafting_state`, `propose`, `select_rows`; see :mod:`specdec_hf.drafting`) for decoding. The encoder is,
+    depending on the config: the compact [`SpecDrafterEncoder`]; the verifier family's transformers encoder
+    (`encoder_config`, see [`~SpecDrafterModel.from_verifier`]); or none (`use_verifier_encoder=True`).
+
+    Args:
+        config ([`SpecDrafterConfig`]): Model configuration.
+    """
+
+    _tied_weights_keys = {"lm_head.weight": "shared.weight"}
+
+    def __init__(self, config: SpecDrafterConfig):
+        super().__init__(config)
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.shared = nn.Embedding(config.vocab_size, config.d_model)
+
+        self.encoder_proj = None
+        if config.use_verifier_encoder:
+            self.encoder = None
+            verifier_d_model = config.verifier_d_model or config.d_model
+            if verifier_d_model != config.d_model:
+                self.encoder_proj = nn.Linear(verifier_d_model, config.d_model)
+        elif config.encoder_config is not None:
+            self.encoder = build_transformers_encoder(config.encoder_config)
+            # the transformers encoder embeds the source itself, with the shared embedding
+            self._tied_weights_keys = {**self._tied_weights_keys, "encoder.embed_tokens.weight": "shared.weight"}
+        else:
+            self.encoder = SpecDrafterEncoder(config)
+
+        self.decoder = SpecDrafterDecoder(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.register_buffer("final_logits_bias", torch.zeros(1, config.vocab_size))
+
+        self.post_init()
+
+    # ----------------------------------------------------------------------------------------------------------
+    # Embeddings and building blocks
+    # ----------------------------------------------------------------------------------------------------------
+
+    @property
+    def vocab_size(self) -> int:
+        """Size of the vocabulary of the drafted ids and logits (the verifier's)."""
+        return self.config.vocab_size
+
+    @property
+    def block_size(self) -> int:
+        """Default number of tokens drafted per call (k); `propose` accepts any `1 <= k <= block_size`."""
+        return self.config.block_size
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.shared
+
+    def set_input_embeddings(self, value: nn.Embedding):
+        self.shared = value
+        if self.config.encoder_config is not None:
+            self.encoder.embed_tokens = value
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, new_embeddings: nn.Linear):
+        self.lm_head = new_embeddings
+
+    def _embed(self, input_ids: torch.LongTensor) -> torch.Tensor:
+        return self.shared(input_ids) * self.embed_scale
+
+    def _check_block_size(self, block_size: int | None) -> int:
+        block_size = self.config.block_size if block_size is None else int(block_size)
+        if not 1 <= block_size <= self.config.block_size:
+            raise ValueError(
+                f"`block_size` must be between 1 and the drafter's `config.block_size` ({self.config.block_size}), "
+                f"got {block_size}: the drafter has one learned query per mask slot."
+            )
+        return block_size
+
+    def _check_positions(self, length: int) -> None:
+        if length > self.config.max_position_embeddings:
+            raise ValueError(
+                f"Prefix plus mask slots span {length} positions, more than the drafter's "
+                f"`max_position_embeddings` ({self.config.max_position_embeddings}). Lower `max_new_tokens` or "
+                "`block_size`."
+            )
+
+    def encode(
+        self, input_ids: torch.LongTensor | None, attention_mask: torch.Tensor | None = None
+    ) -> torch.FloatTensor:
+        """Run the drafter's own encoder.
+
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, source_length)`): Source token ids.
+            attention_mask (`torch.Tensor` of shape `(batch_size, source_length)`, *optional*): 1 for tokens.
+
+        Returns:
+            `torch.FloatTensor` of shape `(batch_size, source_length, d_model)`.
+        """
+        if self.encoder is None:
+            raise ValueError(
+                "This drafter has no encoder (`use_verifier_encoder=True`): pass the verifier's "
+                "`encoder_hidden_states` instead of `input_ids`."
+            )
+        if input_ids is None:
+            raise ValueError(
+                "This drafter runs its own encoder and needs the source `input_ids` (it cannot read "
+                "`inputs_embeds`); give the verifier `input_ids`, or build the drafter with "
+                "`use_verifier_encoder=True`."
+            )
+        if self.config.encoder_config is not None:
+            return self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        return self.encoder(self._embed(input_ids), attention_mask)
+
+    def _memory(self, encoder_hidden_states: torch.Tensor) -> torch.Tensor:
+        """What the decoder cross-attends to: the encoder states, projected to `d_model` where widths differ."""
+        encoder_hidden_states = encoder_hidden_states.to(self.shared.weight.dtype)
+        if self.encoder_proj is not None:
+            return self.encoder_proj(encoder_hidden_states)
+        return encoder_hidden_states
+
+    @staticmethod
+    def _encoder_attention_mask(attention_mask: torch.Tensor | None) -> torch.BoolTensor | None:
+        return None if attention_mask is None else attention_mask.bool()[:, None, None, :]
+
+    def _logits(self, hidden_states: torch.Tensor) -> torch.FloatTensor:
+        # lm_head(hidden_states) + final_logits_bias, in one fused call
+        return F.linear(hidden_states, self.lm_head.weight, self.final_logits_bias[0])
+
+    # ----------------------------------------------------------------------------------------------------------
+    # Training forward
+    # ----------------------------------------------------------------------------------------------------------
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        encoder_hidden_states: torch.FloatTensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        block_size: int | None = None,
+        labels: torch.LongTensor | None = None,
+        label_smoothing: float = 0.0,
+    ) -> SpecDrafterOutput:
+        r"""
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, source_length)`, *optional*):
+                Source token ids (not needed when `encoder_hidden_states` is given).
+            attention_mask (`torch.Tensor` of shape `(batch_size, source_length)`, *optional*):
+                1 for source tokens, 0 for padding.
+            encoder_hidden_states (`torch.FloatTensor` of shape `(batch_size, source_length, hidden_size)`, *optional*):
+                With `use_verifier_encoder=True`, the verifier's encoder output (required). Otherwise an output of
+                this drafter's encoder from an earlier call (e.g. `encoder_last_hidden_state`), which skips the
+                encoder.
+            decoder_input_ids (`torch.LongTensor` of shape `(batch_size, prefix_length)`):
+                The accepted prefix of each row, starting with the decoder start token, right-padded.
+            decoder_attention_mask (`torch.Tensor` of shape `(batch_size, prefix_length)`, *optional*):
+                1 for prefix tokens, 0 for padding (right padding only). `None` means no padding.
+            block_size (`int`, *optional*): Number of mask slots k (defaults to `config.block_size`).
+            labels (`torch.LongTensor` of shape `(batch_size, block_size)`, *optional*):
+                The next k tokens after each prefix; -100 marks ignored positions (e.g. past EOS).
+            label_smoothing (`float`, *optional*, defaults to 0.0): Label smoothing of the cross-entropy.
+
+        Returns:
+            [`SpecDrafterOutput`]: `logits` of shape `(batch_size, block_size, vocab_size)`.
+        """
+        if decoder_input_ids is None:
+            raise ValueError(
+                "`decoder_input_ids` (the accepted prefix, starting with the decoder start token) is required."
+            )
+        block_size = self._check_block_size(block_size)
+        batch_size, prefix_length = decoder_input_ids.shape
+        self._check_positions(prefix_length + block_size)
+
+        if encoder_hidden_states is None:
+            encoder_hidden_states = self.encode(input_ids, attention_mask)
+        elif self.encoder is not None and encoder_hidden_states.shape[-1] != self.config.d_model:
+            raise ValueError(
+                f"`encoder_hidden_states` must have width {self.config.d_model} (this drafter's encoder output)."
+            )
+        memory = self._memory(encoder_hidden_states)
+
+        device = decoder_input_ids.device
+        if decoder_attention_mask is None:
+            prefix_mask = torch.ones(batch_size, prefix_length, dtype=torch.bool, device=device)
+            prefix_lengths = torch.full((batch_size,), prefix_length, device=device)
+        else:
+            prefix_mask = decoder_attention_mask.bool()
+            prefix_lengths = prefix_mask.sum(dim=1)
+        mask_positions = prefix_lengths[:, None] + torch.arange(block_size, device=device)
+
+        hidden_states = self.decoder(
+            inputs_embeds=self._embed(decoder_input_ids),
+            prefix_positions=torch.arange(prefix_length, device=device),
+            prefix_mask=prefix_mask,
+            mask_positions=mask_positions,
+            cross_key_values=self.decoder.project_encoder_states(memory),
+            encoder_attention_mask=self._encoder_attention_mask(attention_mask),
+        )
+        logits = self._logits(hidden_states)
+
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]).float(),
+                labels.reshape(-1).to(logits.device),
+                ignore_index=-100,
+                label_smoothing=label_smoothing,
+            )
+        return SpecDrafterOutput(loss=loss, logits=logits, encoder_last_hidden_state=encoder_hidden_states)
+
+    # ----------------------------------------------------------------------------------------------------------
+    # Drafting interface (specdec_hf.drafting.Drafter)
+    # ----------------------------------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def init_drafting_state(
+        self,
+        input_ids: torch.LongTensor | None,
+        attention_mask: torch.LongTensor | None,
+        encoder_hidden_states: torch.FloatTensor,
+    ) -> SpecDrafterState:
+        """Encode the source once per `generate()` call and project the cross-attention keys and values.
+
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, source_length)`, *optional*):
+                Source ids; needed unless `use_verifier_encoder=True`.
+            attention_mask (`torch.LongTensor` of shape `(batch_size, source_length)`, *optional*):
+                1 for source tokens, 0 for padding.
+            encoder_hidden_states (`torch.FloatTensor` of shape `(batch_size, source_length, verifier_d_model)`):
+                The verifier's encoder output (used with `use_verifier_encoder=True`, ignored otherwise).
+
+        Returns:
+            [`SpecDrafterState`]
+        """
+        if self.encoder is None:
+            if encoder_hidden_states is None:
+                raise ValueError("`use_verifier_encoder=True` needs the verifier's `encoder_hidden_states`.")
+            memory = self._memory(encoder_hidden_states)
+        else:
+            memory = self.encode(input_ids, attention_mask)
+        if attention_mask is not None and bool(attention_mask.all()):
+            attention_mask = None  # no padding: let attention skip the mask
+        return SpecDrafterState(
+            cross_key_values=self.decoder.project_encoder_states(memory),
+            encoder_attention_mask=self._encoder_attention_mask(attention_mask),
+        )
+
+    @torch.no_grad()
+    def propose(
+        self,
+        state: SpecDrafterState,
+        prefix_ids: torch.LongTensor,
+        prefix_lengths: torch.LongTensor,
+        block_size: int,
+    ) -> DraftProposal:
+        """Draft the next `block_size` tokens of every row in one decoder pass.
+
+        With `prefix_attention="causal"` only the prefix tokens not cached yet are fed (per row, from the shared
+        cache length to the row's length, right-padded), and the cache is advanced to the shortest row's length.
+        The prefix cache buffers are updated in place: always pass on the returned state.
+
+        Args:
+            state ([`SpecDrafterState`]): From `init_drafting_state` or the previous `propose`.
+            prefix_ids (`torch.LongTensor` of shape `(batch_size, max_prefix_length)`):
+                Committed tokens of each row, starting with the decoder start token, right-padded.
+            prefix_lengths (`torch.LongTensor` of shape `(batch_size,)`): Valid tokens per row.
+            block_size (`int`): Number of tokens to draft (1 to `config.block_size`).
+
+        Returns:
+            [`~specdec_hf.drafting.DraftProposal`]: `draft_ids` `(batch_size, block_size)` (argmax of
+            `draft_logits`), `draft_logits` `(batch_size, block_size, vocab_size)` and the updated state.
+        """
+        block_size = self._check_block_size(block_size)
+        device = self.shared.weight.device
+        prefix_lengths = prefix_lengths.to(device)
+        max_length, min_length = torch.stack([prefix_lengths.max(), prefix_lengths.min()]).tolist()
+        self._check_positions(max_length + block_size)
+
+        causal = self.config.prefix_attention == "causal"
+        # prefixes only grow; if a caller breaks that, recompute from scratch rather than read a stale cache
+        cache_length = state.cache_length if causal and min_length >= state.cache_length else 0
+        num_new = max_length - cache_length
+        offsets = torch.arange(num_new, device=device)
+        cache = self._reserve_prefix_cache(state, cache_length + num_new + block_size) if causal else None
+
+        hidden_states = self.decoder(
+            inputs_embeds=self._embed(prefix_ids[:, cache_length:max_length].to(device)),
+            prefix_positions=cache_length + offsets,
+            prefix_mask=offsets < (prefix_lengths - cache_length)[:, None],
+            mask_positions=prefix_lengths[:, None] + torch.arange(block_size, device=device),
+            cross_key_values=state.cross_key_values,
+            encoder_attention_mask=state.encoder_attention_mask,
+            cache=cache,
+            cache_length=cache_length,
+        )
+        draft_logits = self._logits(hidden_states)
+        if causal:
+            # positions below the shortest prefix are committed in every row: keep them, the rest is scratch
+            state = replace(state, prefix_key_values=cache, cache_length=min_length)
+        return DraftProposal(draft_ids=draft_logits.argmax(dim=-1), draft_logits=draft_logits, state=state)
+
+    def _reserve_prefix_cache(
+        self, state: SpecDrafterState, needed: int
+    ) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
+        """Return prefix key/value buffers with room for `needed` positions, keeping the first `cache_length`."""
+        if state.prefix_key_values is not None and state.prefix_key_values[0][0].shape[2] >= needed:
+            return state.prefix_key_values
+        reference = state.cross_key_values[0][0]  # (batch_size, num_heads, source_length, head_dim)
+        batch_size, num_heads, _, head_dim = reference.shape
+        old_capacity = 0 if state.prefix_key_values is None else state.prefix_key_values[0][0].shape[2]
+        capacity = max(needed, 2 * old_capacity, 64)
+        kept = state.cache_length if state.prefix_key_values is not None else 0
+        buffers = []
+        for index in range(len(self.decoder.layers)):
+            pair = []
+            for which in range(2):
+                buffer = reference.new_empty(batch_size, num_heads, capacity, head_dim)
+                if kept:
+                    buffer[:, :, :kept] = state.prefix_key_values[index][which][:, :, :kept]
+                pair.append(buffer)
+            buffers.append(tuple(pair))
+        return tuple(buffers)
+
+    def select_rows(self, state: SpecDrafterState, rows: torch.LongTensor) -> SpecDrafterState:
+        """Keep only `rows` (indices into the current batch, in order) of every tensor of the state."""
+        rows = rows.to(state.cross_key_values[0][0].device)
+
+        def select(value):
+            if isinstance(value, torch.Tensor):
+                return value.index_select(0, rows)
+            if isinstance(value, tuple):
+                return tuple(select(item) for item in value)
+            return value
+
+        return replace(state, **{field.name: select(getattr(state, field.name)) for field in fields(state)})
+
+    # ----------------------------------------------------------------------------------------------------------
+    # Construction from a verifier
+    # ----------------------------------------------------------------------------------------------------------
+
+    @classmethod
+    def from_verifier(cls, verifier: PreTrainedModel, block_size: int = 10, **overrides) -> SpecDrafterModel:
+        """Build a drafter for `verifier`, initialised from the verifier's encoder and embeddings.
+
+        The drafter gets the verifier's vocabulary, special token ids and width; its encoder is the verifier family's
+        encoder module with the verifier's weights (its first `encoder_layers` layers if overridden), its shared
+        embedding (decoder input and tied LM head) is the verifier's, and its decoder is new.
+
+        Args:
+            verifier (`PreTrainedModel`): A BART, mBART, Marian, Pegasus, T5 or mT5 encoder-decoder model.
+            block_size (`int`, *optional*, defaults to 10): Number of tokens drafted per call (k).
+            overrides: Any [`SpecDrafterConfig`] field, e.g. `decoder_layers=1`, `encoder_layers=3`,
+                `prefix_attention="causal"`, `use_verifier_encoder=True` (no encoder: nothing of the encoder is
+                built or copied; the drafter reads the verifier's encoder output).
+
+        Returns:
+            [`SpecDrafterModel`] on the verifier's device and dtype, in eval mode.
+
+        Raises:
+            ValueError: for a decoder-only or unsupported verifier, an unknown override, or more encoder layers than
+                the verifier has.
+        """
+        verifier_config = verifier.config
+        model_type = getattr(verifier_config, "model_type", None)
+        if not getattr(verifier_config, "is_encoder_decoder", False):
+            raise ValueError(
+                f"`verifier` ({type(verifier).__name__}, model_type {model_type!r}) is not an encoder-decoder model. "
+                "Speculative Decoding with a Spec-Drafter accelerates encoder-decoder (seq2seq) verifiers such as "
+                "BART, T5, Marian, mBART or Pegasus."
+            )
+        if model_type not in ENCODER_CLASSES:
+            raise ValueError(
+                f"Unsupported verifier family {model_type!r}: `from_verifier` supports {sorted(ENCODER_CLASSES)}. "
+                "Build a `SpecDrafterConfig` by hand for other models."
+            )
+        field_names = {field.name for field in fields(SpecDrafterConfig)}
+        unknown = sorted(set(overrides) - field_names)
+        if unknown:
+            raise ValueError(f"Unknown `SpecDrafterConfig` field(s) in overrides: {unknown}.")
+
+        t5_like = model_type in _T5_LIKE
+        d_model = verifier_config.d_model
+        # the decoder start token as `generate` resolves it: generation config, then model config, then BOS
+        generation_config = getattr(verifier, "generation_config", None)
+        candidates = [
+            getattr(generation_config, "decoder_start_token_id", None),
+            getattr(verifier_config, "decoder_start_token_id", None),
+            getattr(generation_config, "bos_token_id", None),
+            getattr(verifier_config, "bos_token_id", None),
+            verifier_config.pad_token_id,
+        ]
+        decoder_start_token_id = next((token for token in candidates if token is not None), None)
+        activation = verifier_config.dense_act_fn if t5_like else verifier_config.activation_function
+        kwargs = {
+            "vocab_size": verifier_config.vocab_size,
+            "d_model": d_model,
+            "decoder_attention_heads": verifier_config.num_heads
+            if t5_like
+            else verifier_config.decoder_attention_heads,
+            "decoder_ffn_dim": verifier_config.d_ff if t5_like else verifier_config.decoder_ffn_dim,
+            "activation_function": activation if activation in ACT2FN else "gelu",
+            "dropout": verifier_config.dropout_rate if t5_like else verifier_config.dropout,
+            "max_position_embeddings": getattr(verifier_config, "max_position_embeddings", None) or 1024,
+            "scale_embedding": bool(getattr(verifier_config, "scale_embedding", False)),
+            "pad_token_id": verifier_config.pad_token_id,
+            "bos_token_id": getattr(verifier_config, "bos_token_id", None),
+            "eos_token_id": verifier_config.eos_token_id,
+            "decoder_start_token_id": decoder_start_token_id,
+            "verifier_name_or_path": verifier.name_or_path or None,
+            "verifier_vocab_size": verifier_config.vocab_size,
+            "verifier_d_model": d_model,
+            "block_size": block_size,
+        }
+        layers_key = _ENCODER_LAYERS_KEY.get(model_type, "encoder_layers")
+        verifier_encoder_layers = getattr(verifier_config, layers_key)
+        encoder_layers = overrides.pop("encoder_layers", verifier_encoder_layers)
+        use_verifier_encoder = overrides.get("use_verifier_encoder", False)
+        if not use_verifier_encoder:
+            if not 1 <= encoder_layers <= verifier_encoder_layers:
+                raise ValueError(
+                    f"`encoder_layers` must be between 1 and the verifier's {verifier_encoder_layers}, got "
+                    f"{encoder_layers}: the drafter's encoder copies the verifier's first layers."
+                )
+            encoder_config = verifier_config.to_diff_dict()
+            encoder_config["model_type"] = model_type
+            encoder_config[layers_key] = encoder_layers
+            for key in ("architectures", "transformers_version", "_name_or_path", "id2label", "label2id"):
+                encoder_config.pop(key, None)
+            kwargs["encoder_config"] = encoder_config
+            kwargs["encoder_layers"] = encoder_layers
+        kwargs.update(overrides)
+
+        parameter = next(verifier.parameters())
+        drafter = cls(SpecDrafterConfig(**kwargs)).to(device=parameter.device, dtype=parameter.dtype)
+        with torch.no_grad():
+            verifier_embeddings = verifier.get_input_embeddings().weight
+            if (
+                verifier_embeddings.shape == drafter.shared.weight.shape
+            ):  # not with a narrower verifier-encoder drafter
+                drafter.shared.weight.copy_(verifier_embeddings)
+            verifier_head = verifier.get_output_embeddings()
+            if not drafter.config.tie_word_embeddings and verifier_head.weight.shape == drafter.lm_head.weight.shape:
+                drafter.lm_head.weight.copy_(verifier_head.weight)
+            verifier_bias = getattr(verifier, "final_logits_bias", None)
+            if verifier_bias is not None and verifier_bias.shape == drafter.final_logits_bias.shape:
+                drafter.final_logits_bias.copy_(verifier_bias)
+            if drafter.config.encoder_config is not None:
+                drafter._load_verifier_encoder(verifier.get_encoder())
+        return drafter.eval()
+
+    def _load_verifier_encoder(self, verifier_encoder: nn.Module) -> None:
+        """Copy the verifier encoder's weights into this drafter's (possibly shallower) encoder."""
+        source = verifier_encoder.state_dict()
+        target = self.encoder.state_dict()
+        missing = sorted(set(target) - set(source))
+        if missing:
+            raise ValueError(f"The verifier's encoder lacks weights the drafter's encoder needs: {missing[:5]}.")
+        self.encoder.load_state_dict({name: source[name] for name in target})
+
+
+__all__ = [
+    "SpecDrafterModel",
+    "SpecDrafterOutput",
+    "SpecDrafterPreTrainedModel",
+    "SpecDrafterState",
+]

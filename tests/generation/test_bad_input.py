@@ -1,0 +1,73 @@
+"""Unsupported or malformed requests raise `ValueError` naming the argument and the fix; nothing falls back."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import VOCAB_SIZE, build_verifier, make_source_batch
+from oracle_drafters import RandomDrafter
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from specdec_hf import enable_speculative_decoding, speculative_generate
+
+
+@pytest.fixture
+def bart():
+    return build_verifier("bart")
+
+
+@pytest.fixture
+def inputs():
+    return make_source_batch(2, pad_token_id=1)
+
+
+def _generate(model, inputs, **kwargs):
+    kwargs.setdefault("drafter", RandomDrafter(VOCAB_SIZE))
+    return model.generate(**inputs, max_new_tokens=5, custom_generate=speculative_generate, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(beta=0), "`beta`"),
+        (dict(beta=2.5), "`beta`"),
+        (dict(tau=-1.0), "`tau`"),
+        (dict(block_size=0), "`block_size`"),
+        (dict(num_beams=3), "num_beams"),
+        (dict(do_sample=True), "do_sample"),
+        (dict(cache_implementation="static"), "cache_implementation"),
+        (dict(output_attentions=True, return_dict_in_generate=True), "output_attentions"),
+        (dict(drafter=None), "`drafter` is required"),
+        (dict(drafter=RandomDrafter(VOCAB_SIZE + 1)), "vocabulary size"),
+        (dict(drafter=object()), "drafting interface"),
+    ],
+)
+def test_bad_arguments(bart, inputs, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        _generate(bart, inputs, **kwargs)
+
+
+def test_prefix_allowed_tokens_fn_needs_batch_one(bart, inputs):
+    with pytest.raises(ValueError, match="prefix_allowed_tokens_fn"):
+        _generate(bart, inputs, prefix_allowed_tokens_fn=lambda batch_id, ids: list(range(VOCAB_SIZE)))
+
+
+def test_decoder_only_verifier_is_rejected():
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB_SIZE, n_embd=16, n_layer=1, n_head=2)).eval()
+    ids = torch.randint(0, VOCAB_SIZE, (1, 5))
+    with pytest.raises(ValueError, match="decoder-only"):
+        model.generate(
+            input_ids=ids, max_new_tokens=3, custom_generate=speculative_generate, drafter=RandomDrafter(VOCAB_SIZE)
+        )
+    with pytest.raises(ValueError, match="decoder-only"):
+        enable_speculative_decoding(model)
+
+
+def test_enabled_model_rejects_misplaced_arguments(bart, inputs):
+    enable_speculative_decoding(bart)
+    with pytest.raises(ValueError, match="only apply with a `drafter`"):
+        bart.generate(**inputs, beta=3)
+    with pytest.raises(ValueError, match="streamer"):
+        bart.generate(**inputs, drafter=RandomDrafter(VOCAB_SIZE), streamer=object())
+    with pytest.raises(ValueError, match="custom_generate"):
+        bart.generate(**inputs, drafter=RandomDrafter(VOCAB_SIZE), custom_generate=speculative_generate)
