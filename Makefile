@@ -1,0 +1,36 @@
+# Set-up, main job, tests and style checks. `make demo` and `make test` each set up what they need.
+PYTHON ?= python3
+VENV ?= .venv
+# The CPU wheel of torch (this pin finds it on disk on the project's machines); override for a GPU build, e.g.
+# `make test TORCH_SPEC="torch>=2.4"`.
+TORCH_SPEC ?= torch==2.13.0
+PY := $(VENV)/bin/python
+export HF_HUB_OFFLINE ?= 1
+
+.PHONY: setup demo test quality style benchmark
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $@
+
+demo: setup
+	$(PY) examples/tiny_speculative_generation.py
+
+test: setup
+	$(PY) -m pytest -q
+
+quality: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+style: setup
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+benchmark: setup
+	$(PY) benchmarks/bench_loop_overhead.py --threads 1
