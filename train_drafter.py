@@ -1,11 +1,266 @@
-"""Train a Spec-Drafter by distillation from its verifier (`accelerate launch train_drafter.py`).
+"""Train a Spec-Drafter for a verifier by sequence-level distillation (Xia et al., 2023, arXiv 2203.16487, §3.1).
 
-Not implemented yet: the issue "Drafter training: dataset pipelines, sequence-level distillation and
-`accelerate launch train_drafter.py`" completes it. Until then, `specdec_hf.training.fit_drafter_in_memory` trains a
-drafter on in-memory verifier outputs (see examples/tiny_speculative_generation.py).
+The training data is the verifier's own output on the training sources (`python -m specdec_hf.distillation`):
+the drafter learns what the *verifier* will say. Each step draws a random split of every target into a prefix and
+the next k tokens and trains label-smoothed cross-entropy on those k tokens (positions past EOS ignored).
+
+    accelerate launch train_drafter.py --config configs/debian_en_de.yaml [--max_steps 2000 ...]
+    accelerate launch --config_file configs/accelerate/multi_gpu.yaml train_drafter.py --config ...
+
+Resume an interrupted run with `--resume_from_checkpoint latest` (same output_dir).
 """
 
-import sys
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import datasets
+import torch
+from accelerate import Accelerator, DataLoaderConfiguration
+from accelerate.logging import get_logger
+from accelerate.utils import set_seed
+from specdec_hf.distillation import load_distilled_dataset
+from torch.utils.data import DataLoader
+from tqdm.auto import tqdm
+from transformers import AutoModelForSeq2SeqLM, get_scheduler
+
+from specdec_hf import SpecDrafterModel
+from specdec_hf.training import (
+    DistilledBatchCollator,
+    DrafterTrainingArguments,
+    evaluate_drafter,
+    find_latest_checkpoint,
+    parse_yaml_and_cli,
+    read_training_state,
+    sample_block_examples,
+    save_checkpoint_atomically,
+    write_model_card,
+)
+
+logger = get_logger(__name__)
+
+
+def get_dataloaders(args: DrafterTrainingArguments, pad_token_id: int) -> tuple[DataLoader, list[dict]]:
+    """The training DataLoader (shuffled with `args.seed`) and the held-out examples of the periodic evaluation."""
+    train = load_distilled_dataset(args.train_data).select_columns(["input_ids", "target_ids"])
+    if args.eval_data:
+        held_out = load_distilled_dataset(args.eval_data).select_columns(["input_ids", "target_ids"])
+        held_out = held_out.select(range(min(args.eval_samples, len(held_out))))
+    else:
+        if len(train) <= args.eval_samples:
+            raise ValueError(
+                f"train_data has {len(train)} rows, too few to hold out `eval_samples={args.eval_samples}`: "
+                "lower eval_samples or pass `eval_data`."
+            )
+        held_out = train.select(range(len(train) - args.eval_samples, len(train)))
+        train = train.select(range(len(train) - args.eval_samples))
+    loader = DataLoader(
+        train,
+        batch_size=args.per_device_train_batch_size,
+        shuffle=True,
+        collate_fn=DistilledBatchCollator(pad_token_id=pad_token_id),
+        generator=torch.Generator().manual_seed(args.seed),
+    )
+    return loader, [dict(row) for row in held_out]
+
+
+def build_drafter(args: DrafterTrainingArguments, verifier) -> SpecDrafterModel:
+    """Continue from `drafter_name_or_path`, or build one from the verifier (its embeddings and encoder copied)."""
+    if args.drafter_name_or_path:
+        drafter = SpecDrafterModel.from_pretrained(args.drafter_name_or_path)
+        if drafter.vocab_size != verifier.config.vocab_size:
+            raise ValueError(
+                f"drafter_name_or_path has vocabulary {drafter.vocab_size}, the verifier {verifier.config.vocab_size}: "
+                "continue from a drafter of this verifier, or drop drafter_name_or_path to build a new one."
+            )
+        return drafter
+    drafter = SpecDrafterModel.from_verifier(verifier, block_size=args.block_size, **args.drafter_config)
+    drafter.config.verifier_name_or_path = args.verifier_name_or_path
+    return drafter
+
+
+def split_generator(seed: int, micro_step: int, process_index: int) -> torch.Generator:
+    """Split points depend only on (seed, micro-step, process): a resumed run draws exactly what it would have."""
+    return torch.Generator().manual_seed((seed * 1_000_003 + micro_step) * 1_009 + process_index)
+
+
+def training_function(args: DrafterTrainingArguments) -> dict:
+    """Train, evaluate, checkpoint and save the drafter. Returns the last evaluation."""
+    accelerator = Accelerator(
+        mixed_precision=args.mixed_precision,
+        gradient_accumulation_steps=args.gradient_accumulation_steps,
+        log_with=args.report_to,
+        project_dir=args.output_dir,
+        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True),
+    )
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(message)s", level=logging.INFO)
+    if args.num_threads:
+        torch.set_num_threads(args.num_threads)
+    set_seed(args.seed)
+    output_dir = Path(args.output_dir)
+    if accelerator.is_main_process:
+        output_dir.mkdir(parents=True, exist_ok=True)
+    if args.report_to:
+        accelerator.init_trackers("spec_drafter", config={k: str(v) for k, v in asdict(args).items()})
+
+    verifier = AutoModelForSeq2SeqLM.from_pretrained(args.verifier_name_or_path).eval().to(accelerator.device)
+    verifier.requires_grad_(False)
+    pad = verifier.config.pad_token_id
+    with accelerator.main_process_first():
+        train_loader, eval_examples = get_dataloaders(args, pad)
+    drafter = build_drafter(args, verifier)
+    block_size = drafter.block_size
+
+    optimizer = torch.optim.AdamW(
+        drafter.parameters(),
+        lr=args.learning_rate,
+        betas=(args.adam_beta1, args.adam_beta2),
+        weight_decay=args.weight_decay,
+    )
+    # stepped by hand once per optimizer step, so `warmup_steps`/`max_steps` mean optimizer steps on any world size
+    scheduler = get_scheduler(
+        args.lr_scheduler_type, optimizer, num_warmup_steps=args.warmup_steps, num_training_steps=args.max_steps
+    )
+    drafter, optimizer, train_loader = accelerator.prepare(drafter, optimizer, train_loader)
+    accelerator.register_for_checkpointing(scheduler)
+
+    state = {"step": 0, "epoch": 0, "batches_in_epoch": 0, "micro_step": 0}
+    if args.resume_from_checkpoint:
+        checkpoint = (
+            find_latest_checkpoint(output_dir)
+            if args.resume_from_checkpoint == "latest"
+            else Path(args.resume_from_checkpoint)
+        )
+        if checkpoint is None:
+            raise FileNotFoundError(f"--resume_from_checkpoint latest: no complete checkpoint in {output_dir}.")
+        accelerator.load_state(str(checkpoint))
+        state = read_training_state(checkpoint)
+        logger.info(f"resumed from {checkpoint} at step {state['step']}", main_process_only=True)
+
+    progress = tqdm(
+        total=args.max_steps, initial=state["step"], disable=not accelerator.is_local_main_process, desc="train"
+    )
+    metrics: dict = {}
+    window_loss, window_tokens, window_start = 0.0, 0, time.perf_counter()
+    while state["step"] < args.max_steps:
+        train_loader.set_epoch(state["epoch"])
+        batches = (
+            accelerator.skip_first_batches(train_loader, state["batches_in_epoch"])
+            if state["batches_in_epoch"]
+            else train_loader
+        )
+        for batch in batches:
+            with accelerator.accumulate(drafter):
+                generator = split_generator(args.seed, state["micro_step"], accelerator.process_index)
+                blocks = sample_block_examples(
+                    batch["target_ids"].cpu(), batch["target_lengths"].cpu(), block_size, pad, generator
+                )
+                encoder_states = None
+                if accelerator.unwrap_model(drafter).config.use_verifier_encoder:
+                    with torch.no_grad():
+                        encoder_states = verifier.get_encoder()(
+                            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
+                        )[0]
+                loss = drafter(
+                    input_ids=batch["input_ids"],
+                    attention_mask=batch["attention_mask"],
+                    encoder_hidden_states=encoder_states,
+                    decoder_input_ids=blocks.decoder_input_ids.to(accelerator.device),
+                    decoder_attention_mask=blocks.decoder_attention_mask.to(accelerator.device),
+                    labels=blocks.labels.to(accelerator.device),
+                    label_smoothing=args.label_smoothing,
+                ).loss
+                accelerator.backward(loss)
+                if accelerator.sync_gradients and args.max_grad_norm > 0:
+                    accelerator.clip_grad_norm_(drafter.parameters(), args.max_grad_norm)
+                optimizer.step()
+                optimizer.zero_grad()
+            state["micro_step"] += 1
+            state["batches_in_epoch"] += 1
+            window_loss += loss.item() / args.gradient_accumulation_steps
+            window_tokens += int((blocks.labels != -100).sum())
+            if not accelerator.sync_gradients:
+                continue
+            scheduler.step()
+            state["step"] += 1
+            progress.update(1)
+            step = state["step"]
+
+            if step % args.logging_steps == 0:
+                elapsed = time.perf_counter() - window_start
+                logs = {
+                    "loss": window_loss / args.logging_steps,
+                    "lr": scheduler.get_last_lr()[0],
+                    "target_tokens_per_s": window_tokens * accelerator.num_processes / elapsed,
+                }
+                logger.info(f"step {step} " + " ".join(f"{k} {v:.4g}" for k, v in logs.items()))
+                accelerator.log(logs, step=step)
+                window_loss, window_tokens, window_start = 0.0, 0, time.perf_counter()
+            if step % args.eval_steps == 0 or step == args.max_steps:
+                metrics = _evaluate(accelerator, verifier, drafter, eval_examples, args, step)
+            if step % args.checkpointing_steps == 0:
+                save_checkpoint_atomically(accelerator, output_dir, step, state, args.checkpoints_total_limit)
+            if step >= args.max_steps:
+                break
+        else:
+            state["epoch"] += 1
+            state["batches_in_epoch"] = 0
+    progress.close()
+
+    _save_final(accelerator, drafter, args, state["step"], metrics)
+    accelerator.end_training()
+    return metrics
+
+
+def _evaluate(accelerator, verifier, drafter, eval_examples, args, step) -> dict:
+    """Tok. and per-position accuracy on the held-out examples (main process; the others wait)."""
+    metrics = {}
+    if accelerator.is_main_process:
+        model = accelerator.unwrap_model(drafter)
+        metrics = evaluate_drafter(
+            verifier, model, eval_examples, args.eval_batch_size, args.eval_max_new_tokens, seed=args.seed
+        )
+        model.train()
+        positions = " ".join(f"{a:.2f}" for a in metrics["accuracy_by_position"])
+        logger.info(f"step {step} eval Tok. {metrics['tokens_per_iteration']:.3f} accuracy by position [{positions}]")
+        accelerator.log({"eval_tokens_per_iteration": metrics["tokens_per_iteration"]}, step=step)
+    accelerator.wait_for_everyone()
+    return metrics
+
+
+def _save_final(accelerator, drafter, args: DrafterTrainingArguments, steps: int, metrics: dict) -> None:
+    """save_pretrained (safetensors) with a model card and the last evaluation; push to the Hub if asked."""
+    accelerator.wait_for_everyone()
+    if not accelerator.is_main_process:
+        return
+    model = accelerator.unwrap_model(drafter)
+    model.save_pretrained(args.output_dir, safe_serialization=True)
+    Path(args.output_dir, "eval_results.json").write_text(json.dumps({"step": steps, **metrics}, indent=2))
+    write_model_card(args.output_dir, model, args.verifier_name_or_path, args.dataset_description, steps, metrics)
+    logger.info(f"saved the drafter to {args.output_dir}")
+    if args.push_to_hub:
+        from huggingface_hub import HfApi
+
+        api = HfApi()  # the token comes from HF_TOKEN / the login cache, never from the config or the logs
+        api.create_repo(args.hub_model_id, exist_ok=True)
+        api.upload_folder(
+            repo_id=args.hub_model_id,
+            folder_path=args.output_dir,
+            ignore_patterns=["checkpoint-*", "*.tmp", "logs/*"],
+        )
+        logger.info(f"pushed to https://huggingface.co/{args.hub_model_id}")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Parse `--config file.yaml` plus overrides and train."""
+    datasets.disable_progress_bars()
+    (args,) = parse_yaml_and_cli([DrafterTrainingArguments], argv)
+    return training_function(args)
+
 
 if __name__ == "__main__":
-    sys.exit(__doc__)
+    main()

@@ -1,6 +1,24 @@
-"""Training the Spec-Drafter: block examples (this package) and the `train_drafter.py` script around them."""
+"""Training the Spec-Drafter: examples, batching, checkpoints, evaluation; `train_drafter.py` drives them."""
 
+from .arguments import DrafterTrainingArguments, parse_yaml_and_cli
 from .block_examples import BlockExamples, sample_block_examples
+from .checkpointing import find_latest_checkpoint, read_training_state, save_checkpoint_atomically
+from .collator import DistilledBatchCollator
+from .drafter_evaluation import evaluate_drafter
 from .in_memory import distill_greedy_outputs, fit_drafter_in_memory
+from .model_card import write_model_card
 
-__all__ = ["BlockExamples", "distill_greedy_outputs", "fit_drafter_in_memory", "sample_block_examples"]
+__all__ = [
+    "BlockExamples",
+    "DistilledBatchCollator",
+    "DrafterTrainingArguments",
+    "distill_greedy_outputs",
+    "evaluate_drafter",
+    "find_latest_checkpoint",
+    "fit_drafter_in_memory",
+    "parse_yaml_and_cli",
+    "read_training_state",
+    "sample_block_examples",
+    "save_checkpoint_atomically",
+    "write_model_card",
+]
