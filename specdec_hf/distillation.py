@@ -1,0 +1,459 @@
+"""Sequence-level knowledge distillation: the verifier's own outputs on the training sources, as a reusable dataset.
+
+The Spec-Drafter learns to predict what the *verifier* will say, not the human reference (Xia et al., 2023,
+arXiv 2203.16487, §3.3; sequence-level KD as in Kim & Rush, 2016). This command runs the verifier once over the
+sources (greedy or beam search, batched by length) and writes, to `output_dir`, a `datasets.Dataset` with columns
+
+* `id`, `source`: the example and its text;
+* `target`: the verifier's output, decoded with `skip_special_tokens=True`;
+* `reference`: the original (human) target;
+* `input_ids`: the source ids as the verifier saw them (task prefix and truncation applied);
+* `target_ids`: the verifier's output ids from the decoder start token up to and including the first EOS, no
+  padding — what drafter training consumes.
+
+The work is written in shards (`shards/shard-00000.parquet`, …; each written under a temporary name, then renamed),
+so an interrupted run resumes where it stopped: finished shards are checked against the data and skipped. The merged
+dataset (`datasets.load_from_disk(output_dir)`) and `distillation_config.json` are written at the end.
+
+Example:
+
+```bash
+python -m specdec_hf.distillation --verifier runs/demo_verifier/best --dataset_name debian_en_de \\
+    --split train --output_dir data/distilled/debian_en_de --batch_size 64 --max_new_tokens 128
+```
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import datasets
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+import transformers
+import yaml
+from tqdm.auto import tqdm
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, HfArgumentParser
+
+from .data.loading import DataArguments, load_text_pairs
+from .data.tokenization import check_tokenizer_matches, default_source_prefix, tokenize_pairs
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["DistillationArguments", "distill", "load_distilled_dataset", "main", "run_distillation", "trim_at_eos"]
+
+CONFIG_NAME = "distillation_config.json"
+SHARDS_DIR = "shards"
+_SETTINGS_NAME = "settings.json"
+# Files `Dataset.save_to_disk` writes; removed by `overwrite` along with the shards.
+_SAVED_DATASET_FILES = ("dataset_info.json", "state.json")
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class DistillationArguments:
+    """How the verifier decodes the sources and where the distilled dataset goes (the data: `DataArguments`)."""
+
+    verifier: str = field(metadata={"help": "Path or Hub id of the verifier (a seq2seq model)."})
+    output_dir: str = field(metadata={"help": "Directory of the shards, the merged dataset and its config."})
+    tokenizer: str | None = field(default=None, metadata={"help": "Tokenizer path or id (default: the verifier's)."})
+    split: str | None = field(
+        default=None, metadata={"help": "Split whose sources are distilled (default: the data's `train_split`)."}
+    )
+    num_beams: int = field(default=1, metadata={"help": "1 for greedy decoding, more for beam search."})
+    batch_size: int = field(default=32, metadata={"help": "Sources per `generate` call (sorted by length)."})
+    max_new_tokens: int = field(default=128, metadata={"help": "Most tokens generated per source."})
+    source_prefix: str | None = field(
+        default=None,
+        metadata={"help": "Prepended to each source (default: the T5 task prefix for t5/mt5 verifiers; '' for none)."},
+    )
+    max_source_length: int = field(default=1024, metadata={"help": "Longer sources are truncated."})
+    shard_size: int = field(default=1024, metadata={"help": "Examples per shard (the unit of resumption)."})
+    max_shards: int | None = field(
+        default=None, metadata={"help": "Stop after writing this many new shards (time-boxed runs); rerun to go on."}
+    )
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "Discard shards and outputs of an earlier run in `output_dir`."}
+    )
+    device: str | None = field(default=None, metadata={"help": "`cuda` or `cpu` (default: cuda when available)."})
+    dtype: str = field(default="float32", metadata={"help": f"Verifier weights dtype: {', '.join(_DTYPES)}."})
+
+    def __post_init__(self):
+        for name in ("num_beams", "batch_size", "max_new_tokens", "max_source_length", "shard_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"`{name}` must be at least 1, got {getattr(self, name)}")
+        if self.max_shards is not None and self.max_shards < 1:
+            raise ValueError(f"`max_shards` must be at least 1, got {self.max_shards}")
+        if self.dtype not in _DTYPES:
+            raise ValueError(f"`dtype` must be one of {list(_DTYPES)}, got {self.dtype!r}")
+
+
+def trim_at_eos(sequences: torch.LongTensor, eos_token_id: int | list[int] | None) -> list[list[int]]:
+    """
+    Cuts each generated row after its first EOS (position 0, the decoder start token, is never taken for EOS).
+
+    Args:
+        sequences (`torch.LongTensor` of shape `(batch_size, length)`): `generate` output, decoder start token first,
+            rows that finished early padded after their EOS.
+        eos_token_id (`int` or `list[int]`, *optional*): The verifier's EOS id(s).
+
+    Returns:
+        `list[list[int]]`: per row, the ids up to and including the first EOS; the whole row when it has none (it
+        reached the length limit, so it carries no padding).
+    """
+    eos_ids = [] if eos_token_id is None else [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
+    is_eos = torch.isin(sequences, torch.tensor(eos_ids, dtype=sequences.dtype, device=sequences.device))
+    is_eos[:, 0] = False  # BART and mBART start decoding from EOS
+    lengths = torch.where(is_eos.any(dim=1), is_eos.int().argmax(dim=1) + 1, sequences.shape[1])
+    return [row[:length].tolist() for row, length in zip(sequences.cpu(), lengths.tolist(), strict=True)]
+
+
+def distill(
+    verifier: transformers.PreTrainedModel,
+    tokenizer: transformers.PreTrainedTokenizerBase,
+    dataset: datasets.Dataset,
+    output_dir: str | os.PathLike,
+    num_beams: int = 1,
+    batch_size: int = 32,
+    max_new_tokens: int = 128,
+    source_prefix: str | None = None,
+    max_source_length: int = 1024,
+    shard_size: int = 1024,
+    max_shards: int | None = None,
+    overwrite: bool = False,
+    metadata: dict[str, Any] | None = None,
+    progress: bool = True,
+) -> datasets.Dataset | None:
+    """
+    Decodes every source with the verifier and writes the distilled dataset to `output_dir`, resumably.
+
+    The verifier's `generation_config` applies, except for `num_beams`, `do_sample=False` and `max_new_tokens`.
+
+    Args:
+        verifier (`PreTrainedModel`): A seq2seq model, on the device and in the dtype to run.
+        tokenizer (`PreTrainedTokenizerBase`): Its tokenizer (checked with `check_tokenizer_matches`).
+        dataset (`datasets.Dataset`): Column `source` (str), optionally `target` (kept as `reference`) and `id`.
+        output_dir (`str` or `os.PathLike`): Where `shards/`, the merged dataset and `distillation_config.json` go.
+        num_beams (`int`): 1 for greedy decoding, more for beam search.
+        batch_size (`int`): Sources per `generate` call; each shard is sorted by source length before batching.
+        max_new_tokens (`int`): Most tokens generated per source.
+        source_prefix (`str`, *optional*): Prepended to every source (e.g. T5's `"summarize: "`).
+        max_source_length (`int`): Longer sources are truncated (EOS kept).
+        shard_size (`int`): Examples per shard; the unit of resumption.
+        max_shards (`int`, *optional*): Stop after writing this many new shards in this call.
+        overwrite (`bool`): Discard an earlier run's shards and outputs in `output_dir` first.
+        metadata (`dict`, *optional*): Extra JSON-serialisable facts for `distillation_config.json` (e.g. the data).
+        progress (`bool`): Show a tqdm progress bar.
+
+    Returns:
+        `datasets.Dataset` with `dataset.num_rows` rows and columns `id` (when given), `source`, `target`,
+        `reference` (when given), `input_ids` and `target_ids` (both `list[int]`), or None when `max_shards` stopped
+        the run before the end (rerun to finish).
+
+    Raises:
+        `ValueError`: `output_dir` holds a run with other settings or other data (use `overwrite` or another
+            directory), or the tokenizer does not match the verifier.
+    """
+    check_tokenizer_matches(tokenizer, verifier.config)
+    if "source" not in dataset.column_names:
+        raise ValueError(f"the dataset needs a `source` column (columns: {dataset.column_names}); see load_text_pairs")
+    if dataset.num_rows == 0:
+        raise ValueError("the dataset has no rows: nothing to distill (check the split and `max_samples`)")
+    if "target" in dataset.column_names:
+        dataset = dataset.rename_column("target", "reference")  # `target` becomes the verifier's output
+    output_dir = Path(output_dir)
+    shards_dir = output_dir / SHARDS_DIR
+    if overwrite:
+        _remove_outputs(output_dir)
+    settings = {
+        "verifier": verifier.name_or_path,
+        "tokenizer": tokenizer.name_or_path,
+        "dtype": str(verifier.dtype).removeprefix("torch."),
+        "num_beams": num_beams,
+        "max_new_tokens": max_new_tokens,
+        "source_prefix": source_prefix or "",
+        "max_source_length": max_source_length,
+        "shard_size": shard_size,
+    }
+    _check_or_write_settings(shards_dir, settings)
+    sources_sha256 = _sources_digest(dataset)
+    finished = _load_finished(output_dir, settings, sources_sha256)
+    if finished is not None:
+        logger.info("%s already holds the finished distillation (%d examples)", output_dir, finished.num_rows)
+        return finished
+
+    start_time = time.perf_counter()
+    tokenized = tokenize_pairs(
+        dataset,
+        tokenizer,
+        source_prefix=source_prefix,
+        max_source_length=max_source_length,
+        overlong="truncate",
+        with_targets=False,
+    )
+    num_shards = math.ceil(dataset.num_rows / shard_size)
+    shard_paths = [shards_dir / f"shard-{index:05d}.parquet" for index in range(num_shards)]
+    todo = [index for index in range(num_shards) if not _is_done(shard_paths[index], tokenized, index, shard_size)]
+    done_rows = dataset.num_rows - sum(_shard_rows(index, shard_size, dataset.num_rows) for index in todo)
+    if done_rows:
+        logger.info("resuming: %d of %d shards already written", num_shards - len(todo), num_shards)
+    bar = tqdm(total=dataset.num_rows, initial=done_rows, unit="ex", desc="Distilling", disable=not progress)
+    for written, index in enumerate(todo):
+        if max_shards is not None and written >= max_shards:
+            bar.close()
+            logger.info("stopped after %d new shards (max_shards); rerun to continue", written)
+            return None
+        rows = tokenized[index * shard_size : (index + 1) * shard_size]
+        rows.update(_decode_shard(verifier, tokenizer, rows["input_ids"], num_beams, batch_size, max_new_tokens, bar))
+        _write_shard(rows, shard_paths[index])
+    bar.close()
+
+    # Merge: shards hold token ids only, so the whole table fits in memory even for WMT-sized data.
+    merged = datasets.Dataset(pa.concat_tables([pq.read_table(path) for path in shard_paths]))
+    merged.save_to_disk(str(output_dir))
+    config = {
+        **(metadata or {}),  # first, so that it cannot shadow the settings a resumed run is checked against
+        **settings,
+        "generation_config": verifier.generation_config.to_diff_dict(),
+        "num_examples": merged.num_rows,
+        "sources_sha256": sources_sha256,
+        "columns": merged.column_names,
+        "seconds_last_run": round(time.perf_counter() - start_time, 1),
+        "versions": {"transformers": transformers.__version__, "torch": torch.__version__},
+    }
+    _write_json_atomic(output_dir / CONFIG_NAME, config)
+    logger.info("wrote %d distilled examples to %s", merged.num_rows, output_dir)
+    return load_distilled_dataset(output_dir)
+
+
+def load_distilled_dataset(path: str | os.PathLike) -> datasets.Dataset:
+    """
+    Loads the dataset a finished `distill` run wrote (memory-mapped), for drafter training.
+
+    Args:
+        path (`str` or `os.PathLike`): The run's `output_dir`.
+
+    Returns:
+        `datasets.Dataset` with columns `input_ids` and `target_ids` (`list[int]`; `target_ids` from the decoder
+        start token up to and including the first EOS) besides `source`, `target`, `reference` and `id`.
+
+    Raises:
+        `FileNotFoundError`: `path` is missing or holds an unfinished run (the message says how to finish it).
+        `ValueError`: the dataset lacks `input_ids` or `target_ids`.
+    """
+    path = Path(path)
+    if not (path / CONFIG_NAME).is_file():
+        state = "holds an unfinished distillation" if (path / SHARDS_DIR).is_dir() else "is not a distilled dataset"
+        raise FileNotFoundError(
+            f"{str(path)!r} {state}: run (or rerun, to resume) `python -m specdec_hf.distillation --verifier <verifier> "
+            f"--dataset_name <data> --output_dir {path}`"
+        )
+    dataset = datasets.load_from_disk(str(path))
+    missing = [column for column in ("input_ids", "target_ids") if column not in dataset.column_names]
+    if missing:
+        raise ValueError(f"{str(path)!r} lacks column(s) {missing} (columns: {dataset.column_names})")
+    return dataset
+
+
+@torch.no_grad()
+def _decode_shard(
+    verifier, tokenizer, input_ids: list[list[int]], num_beams: int, batch_size: int, max_new_tokens: int, bar
+) -> dict[str, list]:
+    """Generates for one shard, longest sources first (least padding per batch), and restores the shard's order."""
+    pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else verifier.config.pad_token_id
+    eos_token_id = verifier.generation_config.eos_token_id
+    order = sorted(range(len(input_ids)), key=lambda i: -len(input_ids[i]))
+    target_ids: list[list[int] | None] = [None] * len(input_ids)
+    for start in range(0, len(order), batch_size):
+        rows = order[start : start + batch_size]
+        width = max(len(input_ids[i]) for i in rows)
+        batch_ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for position, i in enumerate(rows):
+            batch_ids[position, : len(input_ids[i])] = torch.tensor(input_ids[i])
+            attention_mask[position, : len(input_ids[i])] = 1
+        sequences = verifier.generate(
+            input_ids=batch_ids.to(verifier.device),
+            attention_mask=attention_mask.to(verifier.device),
+            num_beams=num_beams,
+            do_sample=False,
+            # The decoder starts from one token, so this is `max_new_tokens`; given as `max_length` because
+            # `max_new_tokens` makes generate warn on every call when the verifier's config sets `max_length`.
+            max_length=max_new_tokens + 1,
+        )
+        for i, ids in zip(rows, trim_at_eos(sequences, eos_token_id), strict=True):
+            target_ids[i] = ids
+        bar.update(len(rows))
+    return {"target": tokenizer.batch_decode(target_ids, skip_special_tokens=True), "target_ids": target_ids}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Shards and outputs on disk
+# ----------------------------------------------------------------------------------------------------------------
+def _write_shard(rows: dict[str, list], path: Path) -> None:
+    """Writes one shard under a temporary name, then renames it, so a kill never leaves a half-written shard."""
+    columns = [name for name in ("id", "source", "target", "reference", "input_ids", "target_ids") if name in rows]
+    table = pa.table({name: rows[name] for name in columns})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(path.name + ".tmp")
+    pq.write_table(table, temporary)
+    os.replace(temporary, path)
+
+
+def _is_done(path: Path, tokenized: datasets.Dataset, index: int, shard_size: int) -> bool:
+    """True when shard `index` exists and holds exactly this data's sources for that slice."""
+    if not path.is_file():
+        return False
+    written = pq.read_table(path, columns=["source"]).column("source").to_pylist()
+    expected = tokenized[index * shard_size : (index + 1) * shard_size]["source"]
+    if written == expected:
+        return True
+    shorter, longer = sorted((written, expected), key=len)
+    if longer[: len(shorter)] == shorter:
+        return False  # the last shard of a run over fewer or more examples of the same data: recompute it
+    raise ValueError(
+        f"{path} holds other sources than this data (shard {index}): {path.parent.parent} belongs to a run over "
+        "other data. Use another `output_dir`, or `--overwrite_output_dir` to discard it."
+    )
+
+
+def _shard_rows(index: int, shard_size: int, num_rows: int) -> int:
+    return min(shard_size, num_rows - index * shard_size)
+
+
+def _check_or_write_settings(shards_dir: Path, settings: dict[str, Any]) -> None:
+    """Refuses to mix shards decoded with other settings; records the settings of a new run."""
+    path = shards_dir / _SETTINGS_NAME
+    if path.is_file():
+        previous = json.loads(path.read_text(encoding="utf-8"))
+        differ = {key: (previous.get(key), value) for key, value in settings.items() if previous.get(key) != value}
+        if differ:
+            changes = ", ".join(f"{key}: {old!r} -> {new!r}" for key, (old, new) in differ.items())
+            raise ValueError(
+                f"{shards_dir.parent} holds a distillation with other settings ({changes}). Use another "
+                "`output_dir`, or `--overwrite_output_dir` to discard it."
+            )
+        return
+    _write_json_atomic(path, settings)
+
+
+def _sources_digest(dataset: datasets.Dataset) -> str:
+    """SHA-256 of the sources, in order: identifies the data a finished run was made from."""
+    digest = hashlib.sha256()
+    for batch in dataset.select_columns(["source"]).iter(batch_size=10_000):
+        for source in batch["source"]:
+            digest.update(source.encode("utf-8") + b"\0")
+    return digest.hexdigest()
+
+
+def _load_finished(output_dir: Path, settings: dict[str, Any], sources_sha256: str) -> datasets.Dataset | None:
+    """The merged dataset of a finished run with these settings over these sources, else None."""
+    path = output_dir / CONFIG_NAME
+    if not path.is_file():
+        return None
+    config = json.loads(path.read_text(encoding="utf-8"))
+    if config.get("sources_sha256") != sources_sha256 or any(config.get(k) != v for k, v in settings.items()):
+        return None
+    return datasets.load_from_disk(str(output_dir))
+
+
+def _remove_outputs(output_dir: Path) -> None:
+    """Removes what `distill` writes (and nothing else a user may keep in `output_dir`)."""
+    shutil.rmtree(output_dir / SHARDS_DIR, ignore_errors=True)
+    for name in (CONFIG_NAME, *_SAVED_DATASET_FILES):
+        (output_dir / name).unlink(missing_ok=True)
+    for path in output_dir.glob("data-*-of-*.arrow"):
+        path.unlink()
+
+
+def _write_json_atomic(path: Path, content: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(json.dumps(content, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
+    os.replace(temporary, path)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Command line
+# ----------------------------------------------------------------------------------------------------------------
+def run_distillation(data_args: DataArguments, args: DistillationArguments) -> datasets.Dataset | None:
+    """
+    Loads the verifier, its tokenizer and the sources, then runs `distill`.
+
+    Args:
+        data_args (`DataArguments`): The data (`args.split` of it is distilled).
+        args (`DistillationArguments`): The verifier and decoding settings.
+
+    Returns:
+        As `distill`.
+    """
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    verifier = AutoModelForSeq2SeqLM.from_pretrained(args.verifier, dtype=_DTYPES[args.dtype]).to(device).eval()
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or args.verifier)
+    source_prefix = args.source_prefix
+    if source_prefix is None:
+        source_prefix = default_source_prefix(verifier.config.model_type, data_args.task, *(data_args.languages or ()))
+    split = args.split or data_args.train_split
+    dataset = load_text_pairs(data_args, split)
+    metadata = {"data": {**asdict(data_args), "split": split}}
+    return distill(
+        verifier,
+        tokenizer,
+        dataset,
+        args.output_dir,
+        num_beams=args.num_beams,
+        batch_size=args.batch_size,
+        max_new_tokens=args.max_new_tokens,
+        source_prefix=source_prefix,
+        max_source_length=args.max_source_length,
+        shard_size=args.shard_size,
+        max_shards=args.max_shards,
+        overwrite=args.overwrite_output_dir,
+        metadata=metadata,
+    )
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[DataArguments, DistillationArguments]:
+    """Reads `--config <yaml>` (keys of both dataclasses) as defaults, then the other flags as overrides."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = HfArgumentParser((DataArguments, DistillationArguments))
+    parser.add_argument("--config", type=str, default=None, help="YAML file with values of the run.")
+    if "--config" in argv:
+        config_path = argv[argv.index("--config") + 1]
+        with open(config_path, encoding="utf-8") as f:
+            values = yaml.safe_load(f) or {}
+        known = set(DataArguments.__dataclass_fields__) | set(DistillationArguments.__dataclass_fields__)
+        unknown = set(values) - known
+        if unknown:
+            raise ValueError(f"unknown keys in {config_path}: {sorted(unknown)}")
+        parser.set_defaults(**values)
+        for action in parser._actions:
+            if action.dest in values:
+                action.required = False  # argparse would still demand a required flag the YAML file gives
+    data_args, args, _ = parser.parse_args_into_dataclasses(args=argv)
+    return data_args, args
+
+
+def main(argv: list[str] | None = None) -> None:
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    data_args, args = parse_args(argv)
+    result = run_distillation(data_args, args)
+    if result is None:
+        print(f"stopped early (max_shards={args.max_shards}); rerun the same command to continue")
+    else:
+        print(f"distilled {result.num_rows} examples into {args.output_dir} (datasets.load_from_disk)")
+
+
+if __name__ == "__main__":
+    main()

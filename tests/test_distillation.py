@@ -1,0 +1,179 @@
+"""Sequence-level distillation: the written rows are the verifier's own greedy (or beam) outputs, and an interrupted
+run resumes from its shards without recomputing them and ends with the same dataset.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import datasets
+import pytest
+import torch
+import yaml
+from conftest import VOCAB_SIZE, build_verifier
+from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
+from transformers import PreTrainedTokenizerFast
+
+from specdec_hf.data import DataArguments, load_text_pairs
+from specdec_hf.distillation import CONFIG_NAME, distill, load_distilled_dataset, main, trim_at_eos
+
+FIXTURE = Path(__file__).parent / "fixtures" / "mt_fixture.jsonl"
+MAX_NEW_TOKENS = 8
+SETTINGS = dict(batch_size=8, max_new_tokens=MAX_NEW_TOKENS, shard_size=8, progress=False)
+
+
+def build_word_tokenizer(texts: list[str], vocab_size: int = VOCAB_SIZE) -> PreTrainedTokenizerFast:
+    """A word-level tokenizer with BART's special ids (`<s>` 0, `<pad>` 1, `</s>` 2, `<unk>` 3) and EOS appended."""
+    specials = ["<s>", "<pad>", "</s>", "<unk>"]
+    tokenizer = Tokenizer(models.WordLevel(unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.train_from_iterator(texts, trainers.WordLevelTrainer(vocab_size=vocab_size, special_tokens=specials))
+    tokenizer.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 2)])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, bos_token="<s>", pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
+    )
+
+
+@pytest.fixture(scope="module")
+def data_args(tmp_path_factory) -> DataArguments:
+    cache_dir = tmp_path_factory.mktemp("cache")
+    return DataArguments(
+        data_files=str(FIXTURE), source_lang="en", target_lang="de", max_samples=20, cache_dir=str(cache_dir)
+    )
+
+
+@pytest.fixture(scope="module")
+def dataset(data_args) -> datasets.Dataset:
+    return load_text_pairs(data_args, "train")
+
+
+@pytest.fixture(scope="module")
+def tokenizer(dataset) -> PreTrainedTokenizerFast:
+    return build_word_tokenizer(list(dataset["source"]))
+
+
+@pytest.fixture(scope="module")
+def verifier():
+    return build_verifier("bart")  # vocabulary 99 and BART's special ids, like `tokenizer`
+
+
+class CountingGenerate:
+    """Wraps `verifier.generate` to count the sources it decodes."""
+
+    def __init__(self, verifier, monkeypatch):
+        self.sources = 0
+        self._generate = verifier.generate
+        monkeypatch.setattr(verifier, "generate", self)
+
+    def __call__(self, input_ids, **kwargs):
+        self.sources += input_ids.shape[0]
+        return self._generate(input_ids=input_ids, **kwargs)
+
+
+def expected_target_ids(verifier, tokenizer, sources: list[str], **generate_kwargs) -> list[list[int]]:
+    """Each source decoded alone (batch 1, no padding), cut after the first EOS."""
+    targets = []
+    for source in sources:
+        input_ids = torch.tensor([tokenizer(source)["input_ids"]])
+        sequences = verifier.generate(
+            input_ids=input_ids, do_sample=False, max_new_tokens=MAX_NEW_TOKENS, **generate_kwargs
+        )
+        targets += trim_at_eos(sequences, verifier.generation_config.eos_token_id)
+    return targets
+
+
+def test_trim_at_eos():
+    bart_style = torch.tensor([[2, 5, 2, 1, 1], [2, 5, 6, 7, 8], [2, 2, 1, 1, 1]])  # starts from EOS (2)
+    t5_style = torch.tensor([[0, 5, 1, 0], [0, 0, 5, 6]])  # starts from pad (0), EOS 1
+
+    assert trim_at_eos(bart_style, 2) == [[2, 5, 2], [2, 5, 6, 7, 8], [2, 2]]
+    assert trim_at_eos(t5_style, [1]) == [[0, 5, 1], [0, 0, 5, 6]]
+    assert trim_at_eos(t5_style, None) == t5_style.tolist()
+
+
+def test_distill_writes_the_verifiers_greedy_outputs(tmp_path, verifier, tokenizer, dataset):
+    result = distill(verifier, tokenizer, dataset, tmp_path / "out", **SETTINGS)
+
+    sources = list(dataset["source"])
+    target_ids = expected_target_ids(verifier, tokenizer, sources)
+    assert result.column_names == ["id", "source", "target", "reference", "input_ids", "target_ids"]
+    assert list(result["source"]) == sources and list(result["reference"]) == list(dataset["target"])
+    assert list(result["input_ids"]) == tokenizer(sources)["input_ids"]
+    assert list(result["target_ids"]) == target_ids
+    assert list(result["target"]) == tokenizer.batch_decode(target_ids, skip_special_tokens=True)
+    assert all(ids[0] == verifier.config.decoder_start_token_id for ids in target_ids)
+    assert sorted(path.name for path in (tmp_path / "out" / "shards").glob("*.parquet")) == [
+        "shard-00000.parquet",
+        "shard-00001.parquet",
+        "shard-00002.parquet",
+    ]
+    config = json.loads((tmp_path / "out" / CONFIG_NAME).read_text())
+    assert config["num_examples"] == 20 and config["num_beams"] == 1 and config["max_new_tokens"] == MAX_NEW_TOKENS
+    assert list(load_distilled_dataset(tmp_path / "out")["target_ids"]) == target_ids
+
+
+def test_beam_search_outputs_and_source_prefix(tmp_path, verifier, tokenizer, dataset):
+    subset = dataset.select(range(4))
+    prefix = "translate English to German: "
+    result = distill(verifier, tokenizer, subset, tmp_path / "beam", num_beams=2, source_prefix=prefix, **SETTINGS)
+
+    sources = [prefix + source for source in subset["source"]]
+    assert list(result["input_ids"]) == tokenizer(sources)["input_ids"]
+    assert list(result["target_ids"]) == expected_target_ids(verifier, tokenizer, sources, num_beams=2)
+
+
+def test_interrupted_run_resumes_from_its_shards(tmp_path, monkeypatch, verifier, tokenizer, dataset):
+    reference = distill(verifier, tokenizer, dataset, tmp_path / "reference", **SETTINGS)
+    output_dir = tmp_path / "resumed"
+    generate = CountingGenerate(verifier, monkeypatch)
+
+    assert distill(verifier, tokenizer, dataset, output_dir, max_shards=1, **SETTINGS) is None
+    assert generate.sources == 8 and not (output_dir / CONFIG_NAME).exists()
+    with pytest.raises(FileNotFoundError, match="unfinished distillation: run \\(or rerun, to resume\\)"):
+        load_distilled_dataset(output_dir)
+    (output_dir / "shards" / "shard-00001.parquet.tmp").write_bytes(b"half a shard")  # a kill mid-write
+    resumed = distill(verifier, tokenizer, dataset, output_dir, **SETTINGS)
+    assert generate.sources == 20  # only the 12 sources of the two unfinished shards were decoded again
+
+    # A finished run is loaded, not recomputed; with the merged output lost, the shards alone rebuild it.
+    distill(verifier, tokenizer, dataset, output_dir, **SETTINGS)
+    (output_dir / CONFIG_NAME).unlink()
+    rebuilt = distill(verifier, tokenizer, dataset, output_dir, **SETTINGS)
+    assert generate.sources == 20
+    for result in (resumed, rebuilt):
+        assert result.to_list() == reference.to_list()
+
+
+def test_bad_input_and_output_dir_of_another_run_are_refused(tmp_path, verifier, tokenizer, dataset):
+    output_dir = tmp_path / "out"
+    distill(verifier, tokenizer, dataset.select(range(8)), output_dir, **SETTINGS)
+
+    with pytest.raises(ValueError, match=r"other settings \(max_new_tokens: 8 -> 4\).*--overwrite_output_dir"):
+        distill(verifier, tokenizer, dataset, output_dir, **{**SETTINGS, "max_new_tokens": 4})
+    with pytest.raises(ValueError, match="holds other sources than this data"):
+        distill(verifier, tokenizer, dataset.select(range(10, 18)), output_dir, **SETTINGS)
+    with pytest.raises(ValueError, match="no rows: nothing to distill"):
+        distill(verifier, tokenizer, dataset.select([]), tmp_path / "empty", **SETTINGS)
+    overwritten = distill(verifier, tokenizer, dataset.select(range(10, 18)), output_dir, overwrite=True, **SETTINGS)
+    assert list(overwritten["source"]) == list(dataset["source"])[10:18]
+
+
+def test_command_line(tmp_path, verifier, tokenizer, data_args):
+    model_dir = tmp_path / "verifier"
+    verifier.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    output_dir = tmp_path / "distilled"
+    config_path = tmp_path / "distill.yaml"
+    values = {"verifier": str(model_dir), "data_files": {"train": str(FIXTURE)}, "source_lang": "en", "batch_size": 4}
+    config_path.write_text(yaml.safe_dump(values), encoding="utf-8")
+
+    main(
+        ["--config", str(config_path), "--target_lang", "de", "--max_samples", "6", "--cache_dir", data_args.cache_dir]
+        + ["--output_dir", str(output_dir), "--max_new_tokens", "4", "--shard_size", "4"]
+    )
+
+    result = datasets.load_from_disk(str(output_dir))
+    config = json.loads((output_dir / CONFIG_NAME).read_text())
+    assert result.num_rows == 6 and len(result[0]["target_ids"]) <= 5
+    assert config["verifier"] == str(model_dir) and config["data"]["source_lang"] == "en"
