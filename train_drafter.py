@@ -23,12 +23,12 @@ import torch
 from accelerate import Accelerator, DataLoaderConfiguration
 from accelerate.logging import get_logger
 from accelerate.utils import set_seed
-from specdec_hf.distillation import load_distilled_dataset
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 from transformers import AutoModelForSeq2SeqLM, get_scheduler
 
 from specdec_hf import SpecDrafterModel
+from specdec_hf.distillation import load_distilled_dataset
 from specdec_hf.training import (
     DistilledBatchCollator,
     DrafterTrainingArguments,

@@ -36,6 +36,7 @@ def speculative_generate(
     beta: int = 1,
     tau: float = 0.0,
     inputs_tensor: torch.Tensor | None = None,
+    token_streamer=None,
     synced_gpus: bool = False,
     **model_kwargs,
 ) -> torch.LongTensor | SpeculativeGenerateOutput:
@@ -55,6 +56,10 @@ def speculative_generate(
         beta (`int`, *optional*, defaults to 1): Top-β candidate set; 1 gives exactly the greedy output.
         tau (`float`, *optional*, defaults to 0.0): Log-probability tolerance τ; only used when `beta > 1`.
         inputs_tensor (`torch.Tensor`, *optional*): The encoder input (passed by `generate()`).
+        token_streamer (`BaseStreamer`, *optional*): A streamer (`TextStreamer`, `TextIteratorStreamer`) that
+            receives the tokens as they are accepted, batch size 1. transformers drops `generate(streamer=...)`
+            before calling a `custom_generate` callable, so on this route pass it as `token_streamer=`; after
+            `enable_speculative_decoding`, plain `streamer=` works.
 
     Returns:
         `torch.LongTensor` of shape `(batch_size, sequence_length)`, or, with `return_dict_in_generate=True`, a
@@ -76,7 +81,17 @@ def speculative_generate(
     validate_drafter(drafter, model.config.get_text_config(decoder=True).vocab_size)
     block_size = drafter.block_size if block_size is None else block_size
     validate_acceptance_arguments(beta, tau, block_size)
+    if generation_config.do_sample and (beta != 1 or tau != 0):
+        raise ValueError(
+            f"`beta`/`tau` (got beta={beta}, tau={tau}) relax greedy verification; with `do_sample=True` speculative "
+            "sampling is already exact and takes no relaxation: drop `beta`/`tau`, or set `do_sample=False`."
+        )
     _check_generation_mode(generation_config, logits_processor, input_ids.shape[0], synced_gpus, model_kwargs)
+    if token_streamer is not None and input_ids.shape[0] > 1:
+        raise ValueError(
+            f"A streamer needs batch size 1 (got {input_ids.shape[0]} rows, `num_return_sequences` included): "
+            "generate one sequence at a time, or drop the streamer."
+        )
 
     encoder_outputs = model_kwargs["encoder_outputs"]
     attention_mask = model_kwargs.get("attention_mask")
@@ -96,6 +111,7 @@ def speculative_generate(
         max_length=generation_config.max_length,
         pad_token_id=pad_token_id,
         eos_token_ids=eos.flatten().to(input_ids.device) if eos is not None else None,
+        do_sample=bool(generation_config.do_sample),
         output_scores=bool(generation_config.return_dict_in_generate and generation_config.output_scores),
         output_logits=bool(generation_config.return_dict_in_generate and generation_config.output_logits),
     )
@@ -110,6 +126,7 @@ def speculative_generate(
         logits_processor,
         stopping_criteria,
         loop_config,
+        streamer=token_streamer,
     )
     if not generation_config.return_dict_in_generate:
         return result.sequences
@@ -137,13 +154,6 @@ def _check_generation_mode(
             f"Beam search (`num_beams={generation_config.num_beams}`) is not supported with a `drafter`: "
             "set `num_beams=1`, or drop `drafter` to run plain beam search."
         )
-    if generation_config.do_sample:
-        raise ValueError(
-            "Sampling (`do_sample=True`) is not supported with a `drafter` yet: set `do_sample=False` for "
-            "speculative greedy decoding, or drop `drafter` to sample without it."
-        )
-    if generation_config.num_return_sequences not in (None, 1):
-        raise ValueError("`num_return_sequences` must be 1 with a `drafter` (greedy decoding returns one sequence).")
     if generation_config.cache_implementation not in (None, "dynamic"):
         raise ValueError(
             f"`cache_implementation={generation_config.cache_implementation!r}` cannot be cropped after rejected "
@@ -223,8 +233,10 @@ def enable_speculative_decoding(model):
             return plain_generate(*args, **kwargs)
         if kwargs.get("custom_generate") is not None:
             raise ValueError("`custom_generate` cannot be combined with `drafter`: pass only one of them.")
-        if kwargs.get("streamer") is not None:
-            raise ValueError("`streamer` is not supported with a `drafter` yet: drop `streamer` or `drafter`.")
+        # transformers drops `streamer` before calling a custom_generate callable: hand it over under our own name
+        streamer = kwargs.pop("streamer", None)
+        if streamer is not None:
+            kwargs["token_streamer"] = streamer
         if kwargs.get("assistant_model") is not None:
             raise ValueError("`assistant_model` and `drafter` are two drafting methods: pass only one of them.")
         return plain_generate(*args, custom_generate=speculative_generate, drafter=drafter, **kwargs)

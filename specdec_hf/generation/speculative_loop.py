@@ -21,15 +21,39 @@ from dataclasses import dataclass
 
 import torch
 from transformers import EncoderDecoderCache
-from transformers.generation.logits_process import LogitsProcessorList
+from transformers.generation.logits_process import (
+    EpsilonLogitsWarper,
+    EtaLogitsWarper,
+    LogitsProcessorList,
+    MinPLogitsWarper,
+    TemperatureLogitsWarper,
+    TopHLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+    TypicalLogitsWarper,
+)
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria, StoppingCriteriaList
 from transformers.modeling_outputs import BaseModelOutput
 
 from ..acceptance import accept_drafts, count_accepted
 from ..drafting import Drafter
+from ..speculative_sampling import draft_distribution, sample_drafts, speculative_sampling_step
 from .stats import SpeculativeDecodingStats
 
 __all__ = ["LoopResult", "SpeculativeLoopConfig", "run_speculative_loop"]
+
+# Processors that only reshape a distribution (sampling warpers): applied to the drafter's logits too, so that its
+# proposal q resembles the verifier's warped p (any q keeps sampling exact; a closer one is accepted more often).
+_WARPERS = (
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+    MinPLogitsWarper,
+    TypicalLogitsWarper,
+    EpsilonLogitsWarper,
+    EtaLogitsWarper,
+    TopHLogitsWarper,
+)
 
 
 @dataclass
@@ -42,6 +66,7 @@ class SpeculativeLoopConfig:
     max_length: int
     pad_token_id: int
     eos_token_ids: torch.LongTensor | None
+    do_sample: bool = False
     output_scores: bool = False
     output_logits: bool = False
 
@@ -67,6 +92,7 @@ def run_speculative_loop(
     logits_processor: LogitsProcessorList,
     stopping_criteria: StoppingCriteriaList,
     config: SpeculativeLoopConfig,
+    streamer=None,
 ) -> LoopResult:
     """Generate with draft-then-verify until every row is finished.
 
@@ -80,7 +106,9 @@ def run_speculative_loop(
         cache (`EncoderDecoderCache`): An empty dynamic cache for the verifier.
         logits_processor (`LogitsProcessorList`): Processors prepared by `generate()`.
         stopping_criteria (`StoppingCriteriaList`): Criteria prepared by `generate()`.
-        config (`SpeculativeLoopConfig`): β, τ, k, lengths and special tokens.
+        config (`SpeculativeLoopConfig`): β, τ, k, lengths, special tokens, greedy or sampling.
+        streamer (`BaseStreamer`, *optional*): Receives the prompt, then the tokens of every iteration as they are
+            accepted (batch size 1).
     """
     batch_size, prompt_length = input_ids.shape
     device = input_ids.device
@@ -96,6 +124,9 @@ def run_speculative_loop(
     recorded = [[] for _ in range(batch_size)] if record else None
     simple_stopping = all(isinstance(c, (MaxLengthCriteria, EosTokenCriteria)) for c in stopping_criteria)
     position_limit = getattr(verifier.config, "max_position_embeddings", None)
+    vocab_size = verifier.config.get_text_config(decoder=True).vocab_size
+    if streamer is not None:
+        streamer.put(input_ids.cpu())
 
     while active:
         row_lengths = [lengths[r] for r in active]
@@ -109,11 +140,14 @@ def run_speculative_loop(
         lengths_t = torch.tensor(row_lengths, device=device)
 
         # 1. Draft
+        proposal_q = None
         if k > 0:
             proposal = drafter.propose(drafter_state, committed[:, :longest], lengths_t, k)
             drafter_state = proposal.state
             drafts = proposal.draft_ids[:, :k].to(device)
             stats.drafter_calls += 1
+            if config.do_sample:
+                drafts, proposal_q = _sample_proposal(proposal, drafts, committed, logits_processor, vocab_size)
         else:
             drafts = committed.new_empty((len(active), 0))
 
@@ -138,12 +172,12 @@ def run_speculative_loop(
         budgets = (config.max_length - 1 - lengths_t).clamp(max=k)
 
         # 3. Select the accepted tokens
-        if len(logits_processor) == 0:
+        if len(logits_processor) == 0 and not config.do_sample:
             scores = logits
             new_tokens, num_accepted = _accept_without_processors(scores, drafts, budgets, config)
         else:
-            scores, new_tokens, num_accepted = _accept_with_processors(
-                logits, drafts, budgets, committed, lengths_t, logits_processor, config
+            scores, new_tokens, num_accepted = _select_per_position(
+                logits, drafts, proposal_q, budgets, committed, lengths_t, logits_processor, config
             )
         num_new = num_accepted + 1
 
@@ -196,6 +230,8 @@ def run_speculative_loop(
         cache_length = min(lengths[r] for r in active) - 1
         cache.crop(cache_length - fed_length)
 
+    if streamer is not None:
+        streamer.end()
     total_length = max(lengths)
     scores_out, logits_out = (None, None)
     if record:
@@ -254,16 +290,37 @@ def _accept_without_processors(
     return new_tokens, num_accepted
 
 
-def _accept_with_processors(
+def _sample_proposal(proposal, drafts, committed, logits_processor, vocab_size):
+    """Sampling mode: warp the drafter's logits like the verifier's, and draw the drafts from that proposal q."""
+    if proposal.draft_logits is None:
+        return drafts, draft_distribution(None, drafts, vocab_size)
+    rows, k = drafts.shape
+    logits = proposal.draft_logits[:, :k].to(committed.device).float().reshape(rows * k, -1)
+    warpers = [processor for processor in logits_processor if isinstance(processor, _WARPERS)]
+    if warpers:
+        # warpers act row by row on the scores; the prefix ids only have to be a valid tensor of the right batch
+        prefixes = committed.repeat_interleave(k, dim=0)
+        for warper in warpers:
+            logits = warper(prefixes, logits)
+    q = draft_distribution(logits.reshape(rows, k, -1), drafts, vocab_size)
+    return sample_drafts(q), q
+
+
+def _select_per_position(
     logits: torch.FloatTensor,
     drafts: torch.LongTensor,
+    proposal_q: torch.FloatTensor | None,
     budgets: torch.LongTensor,
     committed: torch.LongTensor,
     lengths: torch.LongTensor,
     logits_processor: LogitsProcessorList,
     config: SpeculativeLoopConfig,
 ) -> tuple[torch.FloatTensor, torch.LongTensor, torch.LongTensor]:
-    """Acceptance position by position, each position's scores processed with its exact prefix.
+    """Judge the drafts position by position, each position's scores processed with its exact prefix.
+
+    Greedy mode applies the top-β/τ rule and emits the verifier's top-1 where it stops; sampling mode applies
+    speculative sampling and emits a residual sample at a rejection, or a sample from p where the length budget or
+    the block ends.
 
     Returns the processed scores `(rows, k + 1, vocab)` (zeros where a row had already stopped), the tokens to
     append `(rows, k + 1)` and the number of accepted drafts per row.
@@ -283,18 +340,34 @@ def _accept_with_processors(
             logits_processor, prefixes, lengths + position, running, logits[running, position]
         )
         scores[running, position] = processed
-        top1 = processed.argmax(dim=-1)
-        new_tokens[running, position] = top1
+        if config.do_sample:
+            p = torch.softmax(processed, dim=-1)
         if position == k:
+            new_tokens[running, position] = _fresh_token(processed, p if config.do_sample else None)
             break
-        accepted = accept_drafts(processed, drafts[running, position], config.beta, config.tau)
-        accepted &= budgets[running] > position
-        new_tokens[running[accepted], position] = drafts[running[accepted], position]
+        draft = drafts[running, position]
+        if config.do_sample:
+            accepted, stop_token = speculative_sampling_step(p, proposal_q[running, position], draft)
+        else:
+            accepted, stop_token = accept_drafts(processed, draft, config.beta, config.tau), processed.argmax(dim=-1)
+        in_budget = budgets[running] > position
+        if not bool(in_budget.all()):
+            # the length budget, not the rule, ends these rows: emit what plain decoding would emit here
+            stop_token = torch.where(in_budget, stop_token, _fresh_token(processed, p if config.do_sample else None))
+            accepted &= in_budget
+        new_tokens[running, position] = torch.where(accepted, draft, stop_token)
         num_accepted[running[accepted]] += 1
         running = running[accepted]
         if running.numel() == 0:
             break
     return scores, new_tokens, num_accepted
+
+
+def _fresh_token(processed: torch.FloatTensor, probabilities: torch.FloatTensor | None) -> torch.LongTensor:
+    """The token plain decoding would pick from these scores: a sample from p when sampling, else the argmax."""
+    if probabilities is not None:
+        return torch.multinomial(probabilities, 1).squeeze(1)
+    return processed.argmax(dim=-1)
 
 
 def _process_by_length(

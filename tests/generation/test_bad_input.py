@@ -34,7 +34,8 @@ def _generate(model, inputs, **kwargs):
         (dict(tau=-1.0), "`tau`"),
         (dict(block_size=0), "`block_size`"),
         (dict(num_beams=3), "num_beams"),
-        (dict(do_sample=True), "do_sample"),
+        (dict(do_sample=True, beta=2), "do_sample"),
+        (dict(do_sample=True, tau=1.0), "do_sample"),
         (dict(cache_implementation="static"), "cache_implementation"),
         (dict(output_attentions=True, return_dict_in_generate=True), "output_attentions"),
         (dict(drafter=None), "`drafter` is required"),
@@ -67,7 +68,7 @@ def test_enabled_model_rejects_misplaced_arguments(bart, inputs):
     enable_speculative_decoding(bart)
     with pytest.raises(ValueError, match="only apply with a `drafter`"):
         bart.generate(**inputs, beta=3)
-    with pytest.raises(ValueError, match="streamer"):
+    with pytest.raises(ValueError, match="batch size 1"):
         bart.generate(**inputs, drafter=RandomDrafter(VOCAB_SIZE), streamer=object())
     with pytest.raises(ValueError, match="custom_generate"):
         bart.generate(**inputs, drafter=RandomDrafter(VOCAB_SIZE), custom_generate=speculative_generate)
