@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
 from transformers import (
     BartConfig,
     BartForConditionalGeneration,
@@ -18,6 +19,7 @@ from transformers import (
     MBartForConditionalGeneration,
     PegasusConfig,
     PegasusForConditionalGeneration,
+    PreTrainedTokenizerFast,
     T5Config,
     T5ForConditionalGeneration,
 )
@@ -84,6 +86,18 @@ def build_verifier(family: str, seed: int = 0, eos_token_id: int | None = None) 
         model.config.eos_token_id = eos_token_id
         model.generation_config.eos_token_id = eos_token_id
     return model.eval()
+
+
+def build_word_tokenizer(texts: list[str], vocab_size: int = VOCAB_SIZE) -> PreTrainedTokenizerFast:
+    """A word-level tokenizer with BART's special ids (`<s>` 0, `<pad>` 1, `</s>` 2, `<unk>` 3) and EOS appended."""
+    specials = ["<s>", "<pad>", "</s>", "<unk>"]
+    tokenizer = Tokenizer(models.WordLevel(unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.train_from_iterator(texts, trainers.WordLevelTrainer(vocab_size=vocab_size, special_tokens=specials))
+    tokenizer.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 2)])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, bos_token="<s>", pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
+    )
 
 
 def make_source_batch(batch_size: int, seed: int = 0, pad_token_id: int = 1) -> dict[str, torch.Tensor]:

@@ -11,8 +11,7 @@ import datasets
 import pytest
 import torch
 import yaml
-from conftest import VOCAB_SIZE, build_verifier
-from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
+from conftest import build_verifier, build_word_tokenizer
 from transformers import PreTrainedTokenizerFast
 
 from specdec_hf.data import DataArguments, load_text_pairs
@@ -21,18 +20,6 @@ from specdec_hf.distillation import CONFIG_NAME, distill, load_distilled_dataset
 FIXTURE = Path(__file__).parent / "fixtures" / "mt_fixture.jsonl"
 MAX_NEW_TOKENS = 8
 SETTINGS = dict(batch_size=8, max_new_tokens=MAX_NEW_TOKENS, shard_size=8, progress=False)
-
-
-def build_word_tokenizer(texts: list[str], vocab_size: int = VOCAB_SIZE) -> PreTrainedTokenizerFast:
-    """A word-level tokenizer with BART's special ids (`<s>` 0, `<pad>` 1, `</s>` 2, `<unk>` 3) and EOS appended."""
-    specials = ["<s>", "<pad>", "</s>", "<unk>"]
-    tokenizer = Tokenizer(models.WordLevel(unk_token="<unk>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer.train_from_iterator(texts, trainers.WordLevelTrainer(vocab_size=vocab_size, special_tokens=specials))
-    tokenizer.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 2)])
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, bos_token="<s>", pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
-    )
 
 
 @pytest.fixture(scope="module")

@@ -10,26 +10,13 @@ from pathlib import Path
 
 import datasets
 import pytest
-from conftest import VOCAB_SIZE, build_verifier
-from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
+from conftest import VOCAB_SIZE, build_verifier, build_word_tokenizer
 from transformers import BartConfig, PreTrainedTokenizerFast
 
 from specdec_hf.data import DataArguments, check_tokenizer_matches, default_source_prefix, tokenize_pairs
 from specdec_hf.data.loading import load_text_pairs
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "mt_fixture.jsonl"
-
-
-def build_word_tokenizer(texts: list[str], vocab_size: int = VOCAB_SIZE) -> PreTrainedTokenizerFast:
-    """A word-level tokenizer with BART's special ids (`<s>` 0, `<pad>` 1, `</s>` 2, `<unk>` 3) and EOS appended."""
-    specials = ["<s>", "<pad>", "</s>", "<unk>"]
-    tokenizer = Tokenizer(models.WordLevel(unk_token="<unk>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer.train_from_iterator(texts, trainers.WordLevelTrainer(vocab_size=vocab_size, special_tokens=specials))
-    tokenizer.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 2)])
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, bos_token="<s>", pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
-    )
 
 
 @pytest.fixture(scope="module")

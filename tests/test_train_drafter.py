@@ -1,0 +1,134 @@
+"""`train_drafter.py` end to end on a tiny verifier and the fixture: CLI + YAML, resume, two processes, and a gain."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from conftest import build_verifier, build_word_tokenizer
+from safetensors.torch import load_file
+from transformers import AutoModel, AutoModelForSeq2SeqLM
+
+import train_drafter
+from specdec_hf import SpecDrafterModel
+from specdec_hf.data import DataArguments, load_text_pairs
+from specdec_hf.distillation import distill, load_distilled_dataset
+from specdec_hf.training import evaluate_drafter
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = ROOT / "tests" / "fixtures" / "mt_fixture.jsonl"
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory) -> Path:
+    """A saved tiny verifier (with tokenizer) and its distilled outputs on 96 fixture sentences."""
+    root = tmp_path_factory.mktemp("train_drafter")
+    pairs = load_text_pairs(DataArguments(data_files=str(FIXTURE), source_lang="en", target_lang="de"), "train")
+    pairs = pairs.select(range(96))
+    tokenizer = build_word_tokenizer(list(pairs["source"]))
+    verifier = build_verifier("bart")
+    verifier.save_pretrained(root / "verifier")
+    tokenizer.save_pretrained(root / "verifier")
+    distill(verifier, tokenizer, pairs, root / "distilled", batch_size=32, max_new_tokens=12, progress=False)
+    return root
+
+
+def write_config(workspace: Path, name: str, **overrides) -> Path:
+    values = {
+        "verifier_name_or_path": str(workspace / "verifier"),
+        "train_data": str(workspace / "distilled"),
+        "output_dir": str(workspace / name),
+        "block_size": 4,
+        "drafter_config": {"decoder_layers": 1, "prefix_attention": "causal"},
+        "dataset_description": "tiny verifier's greedy outputs on 96 fixture sentences",
+        "per_device_train_batch_size": 16,
+        "learning_rate": 3e-3,
+        "lr_scheduler_type": "inverse_sqrt",
+        "warmup_steps": 2,
+        "max_steps": 6,
+        "checkpointing_steps": 3,
+        "eval_steps": 100,
+        "eval_samples": 16,
+        "eval_max_new_tokens": 12,
+        "logging_steps": 1,
+        "num_threads": 1,
+        **overrides,
+    }
+    path = workspace / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(values))
+    return path
+
+
+def test_cli_with_yaml_config_saves_a_loadable_drafter(workspace):
+    config = write_config(workspace, "cli")
+    metrics = train_drafter.main(["--config", str(config), "--max_steps", "4"])
+    output = workspace / "cli"
+    assert (output / "model.safetensors").is_file() and (output / "README.md").is_file()
+    assert json.loads((output / "eval_results.json").read_text())["step"] == 4
+    assert metrics["tokens_per_iteration"] >= 1.0 and len(metrics["accuracy_by_position"]) == 4
+    drafter = AutoModel.from_pretrained(output)
+    assert isinstance(drafter, SpecDrafterModel) and drafter.block_size == 4
+    assert "Spec-Drafter" in (output / "README.md").read_text()
+
+
+def test_resumed_run_equals_uninterrupted_run(workspace):
+    train_drafter.main(["--config", str(write_config(workspace, "straight"))])
+    interrupted = write_config(workspace, "resumed", max_steps=3)
+    train_drafter.main(["--config", str(interrupted)])
+    assert (workspace / "resumed" / "checkpoint-3").is_dir()
+    train_drafter.main(["--config", str(interrupted), "--max_steps", "6", "--resume_from_checkpoint", "latest"])
+    straight = load_file(workspace / "straight" / "model.safetensors")
+    resumed = load_file(workspace / "resumed" / "model.safetensors")
+    assert straight.keys() == resumed.keys()
+    for name in straight:
+        torch.testing.assert_close(resumed[name], straight[name], rtol=0, atol=0, msg=name)
+
+
+def test_trained_drafter_beats_untrained(workspace):
+    metrics = train_drafter.main(["--config", str(write_config(workspace, "longer", max_steps=80, eval_steps=80))])
+    verifier = AutoModelForSeq2SeqLM.from_pretrained(workspace / "verifier").eval()
+    held_out = [dict(row) for row in load_distilled_dataset(workspace / "distilled").select(range(80, 96))]
+    untrained = SpecDrafterModel.from_verifier(verifier, block_size=4, decoder_layers=1, prefix_attention="causal")
+    baseline = evaluate_drafter(verifier, untrained, held_out, max_new_tokens=12)
+    print(f"Tok. trained {metrics['tokens_per_iteration']:.2f} vs untrained {baseline['tokens_per_iteration']:.2f}")
+    assert metrics["tokens_per_iteration"] > baseline["tokens_per_iteration"] + 0.3
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_accelerate_launch_two_cpu_processes(workspace):
+    config = write_config(workspace, "two_processes", max_steps=2, checkpointing_steps=2)
+    command = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(ROOT / "configs" / "accelerate" / "multi_cpu.yaml"),
+        "--main_process_port",
+        str(_free_port()),
+        str(ROOT / "train_drafter.py"),
+        "--config",
+        str(config),
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run(command, cwd=workspace, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (workspace / "two_processes" / "model.safetensors").is_file()
+    assert (workspace / "two_processes" / "checkpoint-2").is_dir()
+
+
+@pytest.mark.parametrize("config", sorted((ROOT / "configs" / "train").glob("*.yaml")), ids=lambda p: p.stem)
+def test_shipped_training_configs_parse(config):
+    (args,) = train_drafter.parse_yaml_and_cli([train_drafter.DrafterTrainingArguments], ["--config", str(config)])
+    assert args.verifier_name_or_path and args.train_data and args.block_size >= 1
