@@ -195,6 +195,8 @@ def run_speculative_loop(
         sequences[active_index.unsqueeze(1), lengths_t.unsqueeze(1) + offsets] = torch.where(
             keep_token, new_tokens, pad
         )
+        if streamer is not None:
+            streamer.put(new_tokens[0, : int(num_new[0])].cpu())
         num_new_list = num_new.tolist()
         accepted_list = torch.minimum(num_accepted, num_new).tolist()
         drafted_list = budgets.tolist()

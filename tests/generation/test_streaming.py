@@ -1,0 +1,78 @@
+"""Streaming: accepted tokens reach `streamer` once each, in order, and the streamed text is the decoded output."""
+
+from __future__ import annotations
+
+from threading import Thread
+
+import pytest
+import torch
+from conftest import VOCAB_SIZE, build_verifier, build_word_tokenizer
+from oracle_drafters import OracleDrafter
+from transformers import TextIteratorStreamer
+from transformers.generation.streamers import BaseStreamer
+
+from specdec_hf import enable_speculative_decoding, speculative_generate
+
+WORDS = [f"w{i}" for i in range(VOCAB_SIZE)]
+
+
+class RecordingStreamer(BaseStreamer):
+    """Keeps every `put` call, to check order and multiplicity."""
+
+    def __init__(self):
+        self.chunks: list[list[int]] = []
+        self.ended = 0
+
+    def put(self, value):
+        self.chunks.append(value.flatten().tolist())
+
+    def end(self):
+        self.ended += 1
+
+
+@pytest.fixture
+def setup():
+    model = build_verifier("bart")
+    tokenizer = build_word_tokenizer([" ".join(WORDS)])
+    inputs = {"input_ids": torch.tensor([[5, 6, 7, 8, 9, 10, 2]])}
+    reference = model.generate(**inputs, do_sample=False, max_new_tokens=20)
+    return model, tokenizer, inputs, reference
+
+
+@pytest.mark.parametrize("route", ["custom_generate", "enabled"])
+def test_tokens_arrive_once_in_order(setup, route):
+    model, _, inputs, reference = setup
+    streamer = RecordingStreamer()
+    drafter = OracleDrafter(reference, VOCAB_SIZE, block_size=4, accuracy="half")
+    if route == "enabled":
+        output = enable_speculative_decoding(model).generate(
+            **inputs, drafter=drafter, streamer=streamer, max_new_tokens=20
+        )
+    else:
+        output = model.generate(
+            **inputs, max_new_tokens=20, custom_generate=speculative_generate, drafter=drafter, token_streamer=streamer
+        )
+    assert torch.equal(output, reference)
+    prompt, *accepted = streamer.chunks
+    assert prompt == reference[0, :1].tolist()
+    assert [token for chunk in accepted for token in chunk] == reference[0, 1:].tolist()
+    assert len(accepted) < reference.shape[1] - 1, "several tokens per put: they are streamed as accepted"
+    assert streamer.ended == 1
+
+
+def test_text_iterator_streamer_yields_the_decoded_output(setup):
+    model, tokenizer, inputs, reference = setup
+    streamer = TextIteratorStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
+    drafter = OracleDrafter(reference, VOCAB_SIZE, block_size=4, accuracy="half")
+    enable_speculative_decoding(model)
+    result = {}
+
+    def run():
+        result["output"] = model.generate(**inputs, drafter=drafter, streamer=streamer, max_new_tokens=20)
+
+    thread = Thread(target=run)
+    thread.start()
+    streamed = "".join(streamer)
+    thread.join()
+    assert torch.equal(result["output"], reference)
+    assert streamed.strip() == tokenizer.decode(reference[0], skip_special_tokens=True).strip()
