@@ -110,7 +110,7 @@ def parse_yaml_and_cli(dataclass_types, argv: list[str] | None = None):
         known = {action.dest for action in parser._actions}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ValueError(f"{path}: unknown keys {unknown}; see `python train_drafter.py --help`.")
+            raise ValueError(f"{path}: unknown keys {unknown}; `--help` lists the valid fields.")
         parser.set_defaults(**values)
         # YAML now provides the required fields: stop argparse from demanding them on the command line.
         for action in parser._actions:

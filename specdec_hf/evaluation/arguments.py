@@ -1,0 +1,152 @@
+"""Configuration of `evaluate.py`: a dataclass read from a YAML file, with command-line overrides.
+
+The data side (which dataset, split, columns) is `specdec_hf.data.loading.DataArguments`; both are parsed together by
+`parse_evaluation_arguments` (`--config file.yaml` plus `--name value` overrides).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..data.loading import DataArguments
+from ..training.arguments import parse_yaml_and_cli
+from .strategies import STRATEGY_NAME_HELP, Strategy, resolve_strategies
+
+__all__ = ["METRIC_NAMES", "EvaluationArguments", "parse_evaluation_arguments"]
+
+METRIC_NAMES = ("bleu", "chrf", "rouge")
+_DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass
+class EvaluationArguments:
+    """What `evaluate.py` compares, on which models, and how it measures.
+
+    Every strategy decodes the same sources in one process; speed-ups are relative to greedy decoding measured in the
+    same run at the same batch size.
+    """
+
+    # --- models ---
+    verifier_name_or_path: str = field(metadata={"help": "The verifier: a Hub id or a local directory."})
+    output_dir: str = field(
+        default="runs/eval", metadata={"help": "Where results.json, results.md, the plot and generations/ go."}
+    )
+    tokenizer_name_or_path: str | None = field(default=None, metadata={"help": "Default: the verifier's tokenizer."})
+    drafters: list[str] = field(
+        default_factory=list, metadata={"help": "Spec-Drafter directories or Hub ids (one or more)."}
+    )
+    assistant_model: str | None = field(
+        default=None, metadata={"help": "A small seq2seq model sharing the verifier's vocabulary, for `assisted`."}
+    )
+
+    # --- strategies ---
+    strategies: list[str] = field(
+        default_factory=lambda: ["greedy", "beam", "spec_k8_b1_t0"],
+        metadata={"help": f"Strategies to compare: {STRATEGY_NAME_HELP}. Greedy is always run (the reference)."},
+    )
+    num_beams: int = field(default=5, metadata={"help": "Beams of the `beam` strategy."})
+    prompt_lookup_num_tokens: int = field(default=10, metadata={"help": "Tokens drafted per `prompt_lookup` step."})
+    max_matching_ngram_size: int = field(default=2, metadata={"help": "Longest n-gram `prompt_lookup` matches."})
+
+    # --- generation ---
+    batch_size: int = field(default=16, metadata={"help": "Rows per generate() call (assisted/prompt_lookup: 1)."})
+    max_new_tokens: int = field(default=128, metadata={"help": "Generation length limit."})
+    source_prefix: str | None = field(
+        default=None, metadata={"help": "Prepended to every source; default: the T5 task prefix for T5 verifiers."}
+    )
+    max_source_length: int | None = field(
+        default=None, metadata={"help": "Truncate sources to N tokens; default: what the verifier can read."}
+    )
+    sort_by_length: bool = field(
+        default=True, metadata={"help": "Batch sources of similar length together (outputs keep the data order)."}
+    )
+    limit: int | None = field(default=None, metadata={"help": "Evaluate only the first N rows (quick runs)."})
+
+    # --- measurement ---
+    metrics: list[str] = field(
+        default_factory=lambda: list(METRIC_NAMES),
+        metadata={"help": f"Quality metrics shown in the table: {', '.join(METRIC_NAMES)} (all are saved)."},
+    )
+    bleu_tokenize: str | None = field(
+        default=None, metadata={"help": "sacrebleu tokenizer (13a, intl, zh, ja-mecab, ...); default: sacrebleu's."}
+    )
+    repeats: int = field(
+        default=3, metadata={"help": "Timed passes per strategy (median reported), after one untimed warm-up pass."}
+    )
+    sweep: bool = field(default=True, metadata={"help": "Run the batch-size sweep (latency-throughput curve)."})
+    sweep_batch_sizes: list[int] = field(
+        default_factory=lambda: [1, 4, 8, 16, 32], metadata={"help": "Batch sizes of the sweep."}
+    )
+    sweep_strategies: list[str] | None = field(
+        default=None, metadata={"help": "Strategies of the sweep; default: greedy and every speculative one."}
+    )
+    sweep_max_samples: int | None = field(
+        default=None, metadata={"help": "Rows used by the sweep (default: all evaluated rows)."}
+    )
+    measure_memory: bool = field(default=True, metadata={"help": "Measure peak memory on the first batch."})
+
+    # --- runtime ---
+    device: str = field(default="auto", metadata={"help": "auto, cpu, cuda or cuda:N."})
+    dtype: str = field(default="float32", metadata={"help": f"Weights of every model: {', '.join(_DTYPES)}."})
+    num_threads: int | None = field(default=None, metadata={"help": "torch CPU threads (default: torch's)."})
+    seed: int = field(default=0, metadata={"help": "Random seed (decoding itself is deterministic)."})
+    disable_tqdm: bool = field(default=False, metadata={"help": "Hide the progress bars."})
+
+    def __post_init__(self):
+        for name in ("batch_size", "max_new_tokens", "repeats", "num_beams", "prompt_lookup_num_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}.")
+        for name in ("limit", "max_source_length", "sweep_max_samples", "num_threads"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"`{name}` must be >= 1 (or unset), got {value}.")
+        if any(size < 1 for size in self.sweep_batch_sizes):
+            raise ValueError(f"`sweep_batch_sizes` must all be >= 1, got {self.sweep_batch_sizes}.")
+        if self.sweep and not self.sweep_batch_sizes:
+            raise ValueError("`sweep_batch_sizes` is empty: give batch sizes or set `sweep: false`.")
+        unknown_metrics = sorted(set(self.metrics) - set(METRIC_NAMES))
+        if unknown_metrics:
+            raise ValueError(f"unknown metric(s) {unknown_metrics}; valid: {', '.join(METRIC_NAMES)}.")
+        if self.dtype not in _DTYPES:
+            raise ValueError(f"`dtype` must be one of {', '.join(_DTYPES)}, got {self.dtype!r}.")
+        if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
+            raise ValueError(f"`device` must be auto, cpu, cuda or cuda:N, got {self.device!r}.")
+        strategies = self.resolved_strategies  # raises for unknown names, missing drafters, bad indices
+        if any(s.kind == "beam" for s in strategies) and self.num_beams < 2:
+            raise ValueError(f"the `beam` strategy needs `num_beams` >= 2, got {self.num_beams}.")
+        if any(s.kind == "assisted" for s in strategies) and not self.assistant_model:
+            raise ValueError("the `assisted` strategy needs `assistant_model` (a small seq2seq model path or id).")
+        if self.sweep:
+            self.resolved_sweep_strategies  # noqa: B018 -- validates the names
+
+    @property
+    def resolved_strategies(self) -> list[Strategy]:
+        """The strategies to run, greedy first, speculative names expanded per drafter."""
+        return resolve_strategies(list(self.strategies), len(self.drafters))
+
+    @property
+    def resolved_sweep_strategies(self) -> list[Strategy]:
+        """The sweep's strategies: the named ones (which must be run strategies), else greedy and all speculative."""
+        strategies = self.resolved_strategies
+        if self.sweep_strategies is None:
+            return [s for s in strategies if s.kind in ("greedy", "speculative")]
+        by_name = {s.name: s for s in strategies}
+        missing = [name for name in self.sweep_strategies if name not in by_name]
+        if missing:
+            raise ValueError(
+                f"`sweep_strategies` {missing} are not among the evaluated strategies {sorted(by_name)}: "
+                "add them to `strategies` first."
+            )
+        chosen = [by_name[name] for name in self.sweep_strategies]
+        batch_one = [s.name for s in chosen if s.batch_one_only]
+        if batch_one:
+            raise ValueError(f"`sweep_strategies` {batch_one} run only at batch size 1 in transformers: drop them.")
+        return chosen
+
+
+def parse_evaluation_arguments(argv: list[str] | None = None) -> tuple[EvaluationArguments, DataArguments]:
+    """Parse `--config file.yaml` (values of both dataclasses) and command-line overrides."""
+    evaluation_args, data_args = parse_yaml_and_cli([EvaluationArguments, DataArguments], argv)
+    if evaluation_args.limit is not None:
+        data_args.max_samples = min(evaluation_args.limit, data_args.max_samples or evaluation_args.limit)
+    return evaluation_args, data_args

@@ -1,0 +1,106 @@
+"""Inputs and outputs of the evaluation passes: tokenised sources in padded batches, and generated ids trimmed.
+
+Batches are built once per batch size (tokenisation and padding stay outside the timed region) and keep the
+dataset row of every source, so that outputs can be put back in the data order whatever the batching.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["Batch", "encode_sources", "make_batches", "restore_order", "trim_generated"]
+
+
+@dataclass
+class Batch:
+    """One `generate()` call's inputs.
+
+    Args:
+        rows (`list[int]`): The dataset rows of the batch, in batch order.
+        input_ids (`torch.LongTensor` of shape `(batch_size, source_length)`): Right-padded source ids.
+        attention_mask (`torch.LongTensor` of shape `(batch_size, source_length)`): 1 for tokens, 0 for padding.
+    """
+
+    rows: list[int]
+    input_ids: torch.LongTensor
+    attention_mask: torch.LongTensor
+
+    @property
+    def inputs(self) -> dict[str, torch.Tensor]:
+        """The keyword arguments of `generate()`."""
+        return {"input_ids": self.input_ids, "attention_mask": self.attention_mask}
+
+
+def encode_sources(
+    tokenizer, sources: Sequence[str], source_prefix: str | None, max_source_length: int
+) -> list[list[int]]:
+    """Token ids of each `source_prefix + source`, truncated to `max_source_length` (special tokens included)."""
+    prefix = source_prefix or ""
+    encoded = tokenizer([prefix + source for source in sources], truncation=True, max_length=max_source_length)
+    return [list(ids) for ids in encoded["input_ids"]]
+
+
+def make_batches(
+    encoded: Sequence[Sequence[int]],
+    batch_size: int,
+    pad_token_id: int,
+    device: torch.device | str = "cpu",
+    sort_by_length: bool = True,
+) -> list[Batch]:
+    """Right-padded batches of `batch_size` rows (the last may be smaller).
+
+    With `sort_by_length` rows are batched longest first, so batches hold sources of similar length (less padding)
+    and the first batch is the largest (a memory problem shows up at once).
+    """
+    if batch_size < 1:
+        raise ValueError(f"`batch_size` must be >= 1, got {batch_size}.")
+    order = list(range(len(encoded)))
+    if sort_by_length:
+        order.sort(key=lambda row: -len(encoded[row]))
+    batches = []
+    for start in range(0, len(order), batch_size):
+        rows = order[start : start + batch_size]
+        width = max(len(encoded[row]) for row in rows)
+        input_ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, row in enumerate(rows):
+            ids = encoded[row]
+            input_ids[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+            attention_mask[i, : len(ids)] = 1
+        batches.append(Batch(rows=rows, input_ids=input_ids.to(device), attention_mask=attention_mask.to(device)))
+    return batches
+
+
+def trim_generated(
+    sequences: torch.LongTensor, eos_token_ids: Iterable[int], prompt_length: int = 1
+) -> list[list[int]]:
+    """The generated ids of each row: after the decoder prompt, up to and including the first EOS.
+
+    Args:
+        sequences (`torch.LongTensor` of shape `(batch_size, sequence_length)`): `generate()` output, starting with
+            the decoder prompt (the decoder start token) and padded after EOS.
+        eos_token_ids (`Iterable[int]`): The EOS ids of the generation config.
+        prompt_length (`int`): Length of the decoder prompt (1: the decoder start token).
+
+    Returns:
+        `list[list[int]]`: per row, the generated ids (rows that never emitted EOS keep all their ids).
+    """
+    eos = set(eos_token_ids)
+    rows = []
+    for row in sequences[:, prompt_length:].tolist():
+        end = next((i + 1 for i, token in enumerate(row) if token in eos), len(row))
+        rows.append(row[:end])
+    return rows
+
+
+def restore_order(batches: Sequence[Batch], per_batch: Sequence[Sequence]) -> list:
+    """Put per-row results back in dataset order: `per_batch[b][i]` belongs to row `batches[b].rows[i]`."""
+    size = sum(len(batch.rows) for batch in batches)
+    ordered: list = [None] * size
+    for batch, values in zip(batches, per_batch, strict=True):
+        for row, value in zip(batch.rows, values, strict=True):
+            ordered[row] = value
+    return ordered

@@ -1,0 +1,53 @@
+"""Loading the models of an evaluation run: verifier, tokenizer, drafters and the optional AR assistant."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+from ..models import SpecDrafterModel
+from .arguments import EvaluationArguments
+
+__all__ = ["EvaluationModels", "load_models", "resolve_device"]
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class EvaluationModels:
+    """The models of one evaluation run, in eval mode on one device."""
+
+    verifier: torch.nn.Module
+    tokenizer: object
+    drafters: list[SpecDrafterModel]
+    assistant: torch.nn.Module | None
+
+
+def resolve_device(name: str) -> torch.device:
+    """`auto` → the first GPU if there is one, else the CPU."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r} requested but CUDA is not available: use `--device cpu`.")
+    return device
+
+
+def load_models(args: EvaluationArguments, device: torch.device) -> EvaluationModels:
+    """Load every model of `args` onto `device` in `args.dtype`, frozen and in eval mode."""
+    dtype = _DTYPES[args.dtype]
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_name_or_path or args.verifier_name_or_path)
+    verifier = AutoModelForSeq2SeqLM.from_pretrained(args.verifier_name_or_path, dtype=dtype)
+    drafters = [SpecDrafterModel.from_pretrained(path, dtype=dtype) for path in args.drafters]
+    assistant = None
+    if any(strategy.kind == "assisted" for strategy in args.resolved_strategies):
+        assistant = AutoModelForSeq2SeqLM.from_pretrained(args.assistant_model, dtype=dtype)
+    for model in [verifier, *drafters] + ([assistant] if assistant is not None else []):
+        model.to(device).eval().requires_grad_(False)
+    for model in [verifier] + ([assistant] if assistant is not None else []):
+        # every strategy passes `max_new_tokens`, which overrides a checkpoint's `max_length`; dropping it (on these
+        # instances only) stops generate() from warning about the pair on every call
+        model.generation_config.max_length = None
+    return EvaluationModels(verifier=verifier, tokenizer=tokenizer, drafters=drafters, assistant=assistant)

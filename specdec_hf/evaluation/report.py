@@ -1,0 +1,143 @@
+"""Reporting: the environment record, the Markdown tables, and the JSON / JSONL files of an evaluation run."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import sacrebleu
+import torch
+import transformers
+
+__all__ = ["environment_info", "markdown_tables", "write_generations", "write_json"]
+
+_MIB = 1024 * 1024
+
+
+def environment_info(device: torch.device, dtype: str) -> dict[str, Any]:
+    """Versions, hardware and date: what a reader needs to compare timings across runs."""
+    from .. import __version__
+
+    if device.type == "cuda":
+        device_name = torch.cuda.get_device_name(device)
+    else:
+        device_name = platform.processor() or platform.machine()
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "sacrebleu": sacrebleu.__version__,
+        "specdec_hf": __version__,
+        "device": str(device),
+        "device_name": device_name,
+        "cuda": torch.version.cuda,
+        "num_threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        "dtype": dtype,
+    }
+
+
+def _number(value: float | None, digits: int = 2, scale: float = 1.0) -> str:
+    return "–" if value is None else f"{value * scale:.{digits}f}"
+
+
+def _mib(value: int | None) -> str:
+    return "–" if value is None else f"{value / _MIB:.1f}"
+
+
+def markdown_tables(results: dict[str, dict], metrics: Sequence[str]) -> str:
+    """The console/`results.md` tables: quality and speed, then time shares, acceptance and memory.
+
+    Args:
+        results (`dict[str, dict]`): The `strategies` section of the JSON (strategy name → figures).
+        metrics (`Sequence[str]`): Which of `bleu`, `chrf`, `rouge` to show.
+    """
+    quality_columns: list[tuple[str, str, float]] = []
+    if "bleu" in metrics:
+        quality_columns.append(("BLEU", "bleu", 1.0))
+    if "chrf" in metrics:
+        quality_columns.append(("chrF", "chrf", 1.0))
+    if "rouge" in metrics:
+        quality_columns += [("R-1", "rouge1", 100.0), ("R-2", "rouge2", 100.0), ("R-L", "rougeL", 100.0)]
+    header = (
+        ["strategy", "batch"]
+        + [name for name, _, _ in quality_columns]
+        + ["= greedy", "Tok.", "time (s)", "tok/s", "sent/s", "speed-up"]
+    )
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    for name, result in results.items():
+        speed = result["speed"]
+        cells = [name, str(result["batch_size"])]
+        cells += [_number(result["quality"][key], 2, scale) for _, key, scale in quality_columns]
+        cells += [
+            _number(result["identical_to_greedy"], 3),
+            _number(result["tokens_per_iteration"], 2),
+            _number(speed["time_s"], 3),
+            _number(speed["tokens_per_s"], 1),
+            _number(speed["sentences_per_s"], 2),
+            _number(speed["speedup"], 2) + "×",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    if "rouge" in metrics:
+        lines.append("\nROUGE: mean F1 × 100 (rouge-score, stemmed).")
+    lines.append("Speed-up: greedy time / strategy time, greedy measured in the same run at the same batch size.")
+
+    header = [
+        "strategy",
+        "verifier share",
+        "drafter share",
+        "acceptance by position",
+        "peak act. (MiB)",
+        "extra (MiB)",
+    ]
+    lines += ["", "| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    for name, result in results.items():
+        share = result["time_share"]
+        by_position = (result.get("speculative") or {}).get("acceptance_by_position")
+        acceptance = (
+            " ".join("–" if a is None else f"{a:.2f}" for a in by_position[:10])
+            + (" …" if len(by_position) > 10 else "")
+            if by_position
+            else "–"
+        )
+        memory = result["memory"]
+        cells = [
+            name,
+            _number(share["verifier"], 2),
+            _number(share["drafter"], 2),
+            acceptance,
+            _mib(memory["peak_activation_bytes"]),
+            _mib(memory["extra_total_bytes"]),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append(
+        "Shares: fraction of the instrumented pass's wall time inside the verifier's forward passes and inside the "
+        "drafter (`propose`, `init_drafting_state`) or the AR assistant. Extra memory: drafter/assistant parameters "
+        "plus the activation peak above greedy's at the same batch size."
+    )
+    return "\n".join(lines)
+
+
+def write_json(data: dict, path: str | Path) -> Path:
+    """Write `data` as indented JSON (written to a temporary file first, then renamed)."""
+    path = Path(path)
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
+    temporary.replace(path)
+    return path
+
+
+def write_generations(rows: Sequence[dict], path: str | Path) -> Path:
+    """Write one JSON object per line (`id`, `source`, `reference`, `hypothesis`, ...)."""
+    path = Path(path)
+    with path.open("w") as handle:
+        for row in rows:
+            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return path

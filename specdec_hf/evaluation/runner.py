@@ -1,0 +1,404 @@
+"""`evaluate.py`'s work: quality and speed of Speculative Decoding next to greedy, beam and transformers' drafting.
+
+Speculative Decoding (Xia et al., 2023, arXiv 2203.16487) is measured the way the paper reports it: BLEU / ROUGE
+against the references, the fraction of outputs identical to greedy decoding, tokens per verifier pass (Tok.) and
+wall-clock speed-up over greedy decoding in the same process, plus the latency–throughput curve over batch sizes
+(Figure 5) and the drafter's memory next to the verifier's.
+
+Order of work: every check that can fail (arguments, output directory, data, model compatibility) runs before the
+first `generate()` call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import set_seed
+
+from ..data.loading import DataArguments, load_text_pairs
+from ..data.tokenization import default_source_prefix
+from .arguments import EvaluationArguments
+from .batching import Batch, encode_sources, make_batches
+from .execution import StrategyRun, run_strategy, warm_up_and_time
+from .loading import EvaluationModels, load_models, resolve_device
+from .memory import memory_method, parameter_bytes
+from .metrics import corpus_quality, fraction_identical
+from .preflight import check_models, check_output_dir, check_pairs
+from .report import environment_info, markdown_tables, write_generations, write_json
+from .strategies import Strategy, generation_kwargs
+from .sweep import plot_latency_throughput, run_sweep
+
+__all__ = ["run_evaluation"]
+
+logger = logging.getLogger(__name__)
+
+RESULTS_FILE = "results.json"
+TABLE_FILE = "results.md"
+PLOT_FILE = "latency_throughput.png"
+
+
+def _eos_token_ids(verifier) -> list[int]:
+    eos = verifier.generation_config.eos_token_id
+    if eos is None:
+        eos = verifier.config.eos_token_id
+    if eos is None:
+        return []
+    return [int(e) for e in eos] if isinstance(eos, (list, tuple)) else [int(eos)]
+
+
+def _describe_data(data_args: DataArguments, split: str) -> str:
+    if data_args.data_files is not None:
+        files = data_args.data_files
+        paths = files.get(split, []) if isinstance(files, dict) else files
+        origin = ", ".join(str(path) for path in paths)
+    else:
+        origin = data_args.dataset_name or data_args.data_dir
+    return f"{origin} [{split}]"
+
+
+def _max_source_length(args: EvaluationArguments, tokenizer, verifier) -> int:
+    if args.max_source_length is not None:
+        return args.max_source_length
+    limits = [
+        getattr(tokenizer, "model_max_length", None),
+        getattr(verifier.config, "max_position_embeddings", None),
+        getattr(verifier.config, "n_positions", None),
+    ]
+    limits = [int(limit) for limit in limits if limit is not None and 0 < limit < 1_000_000]
+    return min(limits) if limits else 1024
+
+
+def _source_prefix(args: EvaluationArguments, data_args: DataArguments, verifier) -> str | None:
+    if args.source_prefix is not None:
+        return args.source_prefix
+    languages = data_args.languages or (None, None)
+    return default_source_prefix(verifier.config.model_type, data_args.task, *languages)
+
+
+def _strategy_result(
+    run: StrategyRun,
+    quality: dict,
+    identical: float,
+    reference_time_s: float,
+    reference_name: str,
+    reference_peak: int | None,
+    models: EvaluationModels,
+    drafter_paths: list[str],
+    repeats: int,
+    num_samples: int,
+) -> dict[str, Any]:
+    strategy = run.strategy
+    time_s = run.time_s
+    extra_parameters = 0
+    settings: dict[str, Any] = {}
+    if strategy.kind == "speculative":
+        drafter = models.drafters[strategy.drafter_index]
+        extra_parameters = parameter_bytes(drafter)
+        settings = {
+            "drafter": drafter_paths[strategy.drafter_index],
+            "block_size": strategy.block_size,
+            "beta": strategy.beta,
+            "tau": strategy.tau,
+        }
+    elif strategy.kind == "assisted":
+        extra_parameters = parameter_bytes(models.assistant)
+    extra_activation = None
+    if run.peak_activation_bytes is not None and reference_peak is not None:
+        # over greedy at the same batch size; greedy itself is the reference
+        extra_activation = max(0, run.peak_activation_bytes - reference_peak) if strategy.kind != "greedy" else 0
+    share_base = run.instrumented_s
+    verifier_share = run.verifier_s / share_base if share_base > 0 else None
+    drafter_share = run.drafter_s / share_base if run.drafter_s is not None and share_base > 0 else None
+    other_share = None
+    if verifier_share is not None:
+        other_share = max(0.0, 1.0 - verifier_share - (drafter_share or 0.0))
+    return {
+        "kind": strategy.kind,
+        "settings": settings,
+        "batch_size": run.batch_size,
+        "generation_kwargs": run.generation_kwargs,
+        "quality": quality,
+        "identical_to_greedy": identical,
+        "tokens_per_iteration": run.tokens_per_iteration,
+        "speed": {
+            "time_s": time_s,
+            "times_s": run.times_s,
+            "repeats": repeats,
+            "generated_tokens": run.generated_tokens,
+            "tokens_per_s": run.generated_tokens / time_s,
+            "sentences_per_s": num_samples / time_s,
+            "speedup": reference_time_s / time_s,
+            "speedup_reference": reference_name,
+        },
+        "time_share": {
+            "instrumented_pass_s": run.instrumented_s,
+            "verifier_s": run.verifier_s,
+            "drafter_s": run.drafter_s,
+            "verifier": verifier_share,
+            "drafter": drafter_share,
+            "other": other_share,
+            "verifier_decoder_calls": run.verifier_decoder_calls,
+        },
+        "speculative": run.speculative,
+        "memory": {
+            "peak_activation_bytes": run.peak_activation_bytes,
+            "extra_parameter_bytes": extra_parameters,
+            "extra_activation_bytes": extra_activation,
+            "extra_total_bytes": extra_parameters + (extra_activation or 0),
+        },
+    }
+
+
+@dataclasses.dataclass
+class _Inputs:
+    """The evaluated rows, tokenised once, and their batches per batch size (built on first use)."""
+
+    encoded: list[list[int]]
+    pad_token_id: int
+    device: torch.device
+    sort_by_length: bool
+    _batches: dict[int, list[Batch]] = dataclasses.field(default_factory=dict)
+
+    def batches(self, size: int) -> list[Batch]:
+        if size not in self._batches:
+            self._batches[size] = make_batches(self.encoded, size, self.pad_token_id, self.device, self.sort_by_length)
+        return self._batches[size]
+
+    def first(self, num_rows: int | None) -> _Inputs:
+        """The first `num_rows` rows (data order), with their own batches."""
+        return _Inputs(self.encoded[:num_rows], self.pad_token_id, self.device, self.sort_by_length)
+
+
+def run_evaluation(args: EvaluationArguments, data_args: DataArguments) -> dict[str, Any]:
+    """Evaluate every strategy of `args` on the data of `data_args`; write and return the results.
+
+    Returns:
+        `dict`: what `results.json` holds: `environment`, `config`, `models`, `data`, `strategies` (per strategy:
+        `quality`, `identical_to_greedy`, `tokens_per_iteration`, `speed`, `time_share`, `speculative`, `memory`,
+        `generations_file`), `reference_timings`, `memory` and `sweep`.
+    """
+    # 1. Checks that need no model: strategies (parsed with the arguments), output directory, data.
+    if args.num_threads:
+        torch.set_num_threads(args.num_threads)
+    set_seed(args.seed)
+    device = resolve_device(args.device)
+    strategies = args.resolved_strategies
+    output_dir = check_output_dir(args.output_dir)
+    split = data_args.test_split
+    pairs = load_text_pairs(data_args, split)
+    description = _describe_data(data_args, split)
+    check_pairs(pairs, description)
+
+    # 2. Models and their compatibility.
+    models = load_models(args, device)
+    verifier, tokenizer = models.verifier, models.tokenizer
+    check_models(
+        verifier, tokenizer, models.drafters, args.drafters, models.assistant, strategies, args.max_new_tokens
+    )
+
+    # 3. Inputs, tokenised once.
+    source_prefix = _source_prefix(args, data_args, verifier)
+    max_source_length = _max_source_length(args, tokenizer, verifier)
+    pad = verifier.config.pad_token_id if verifier.config.pad_token_id is not None else tokenizer.pad_token_id
+    inputs = _Inputs(
+        encode_sources(tokenizer, pairs["source"], source_prefix, max_source_length), pad, device, args.sort_by_length
+    )
+    eos_ids = _eos_token_ids(verifier)
+
+    # 4. Every strategy on the same inputs; greedy first (the reference).
+    logger.info("evaluating %s on %d rows of %s", [s.name for s in strategies], pairs.num_rows, description)
+    runs = {s.name: _run(s, args, models, inputs, eos_ids, device, args.measure_memory) for s in strategies}
+    reference_runs = {"greedy": runs["greedy"]}
+    if args.batch_size != 1 and any(s.batch_one_only for s in strategies):
+        logger.info("greedy at batch size 1: the reference of the batch-size-1 strategies")
+        greedy = Strategy("greedy", "greedy")
+        reference_runs["greedy_batch_size_1"] = _run(
+            greedy, args, models, inputs, eos_ids, device, args.measure_memory, size=1
+        )
+
+    # 5. Quality, agreement with greedy, speed-up; the generated texts.
+    results = {}
+    for name, run in runs.items():
+        results[name], hypotheses = _score(run, runs["greedy"], reference_runs, pairs, models, args)
+        path = output_dir / "generations" / f"{name}.jsonl"
+        write_generations(
+            [
+                {"id": row_id, "source": source, "reference": target, "hypothesis": hypothesis, "num_tokens": len(ids)}
+                for row_id, source, target, hypothesis, ids in zip(
+                    pairs["id"], pairs["source"], pairs["target"], hypotheses, run.sequences, strict=True
+                )
+            ],
+            path,
+        )
+        results[name]["generations_file"] = str(path.relative_to(output_dir))
+
+    # 6. Batch-size sweep: the latency-throughput curve.
+    sweep = (
+        _sweep(args, models, inputs.first(args.sweep_max_samples), eos_ids, device, output_dir) if args.sweep else None
+    )
+
+    # 7. Everything into results.json, results.md and the console.
+    data = {
+        "environment": environment_info(device, args.dtype),
+        "config": {"evaluation": dataclasses.asdict(args), "data": dataclasses.asdict(data_args)},
+        "models": {
+            "verifier": args.verifier_name_or_path,
+            "verifier_model_type": verifier.config.model_type,
+            "tokenizer": args.tokenizer_name_or_path or args.verifier_name_or_path,
+            "drafters": [
+                {"path": path, "block_size": d.block_size, "parameter_bytes": parameter_bytes(d)}
+                for path, d in zip(args.drafters, models.drafters, strict=True)
+            ],
+            "assistant_model": args.assistant_model if models.assistant is not None else None,
+        },
+        "data": {
+            "description": description,
+            "split": split,
+            "num_samples": pairs.num_rows,
+            "task": data_args.task,
+            "source_prefix": source_prefix,
+            "max_source_length": max_source_length,
+        },
+        "strategies": results,
+        "reference_timings": {
+            name: {
+                "batch_size": run.batch_size,
+                "time_s": run.time_s,
+                "times_s": run.times_s,
+                "peak_activation_bytes": run.peak_activation_bytes,
+            }
+            for name, run in reference_runs.items()
+        },
+        "memory": {
+            "method": memory_method(device),
+            "measured_on": "one generate() call on the first batch (the longest sources when sort_by_length)",
+            "verifier_parameter_bytes": parameter_bytes(verifier),
+            "verifier_activation_peak_bytes": runs["greedy"].peak_activation_bytes,
+            "drafter_parameter_bytes": [parameter_bytes(drafter) for drafter in models.drafters],
+            "assistant_parameter_bytes": parameter_bytes(models.assistant) if models.assistant is not None else None,
+        },
+        "sweep": sweep,
+    }
+    _report(data, args, output_dir)
+    return data
+
+
+def _run(
+    strategy: Strategy,
+    args: EvaluationArguments,
+    models: EvaluationModels,
+    inputs: _Inputs,
+    eos_ids: list[int],
+    device: torch.device,
+    measure_memory: bool,
+    size: int | None = None,
+) -> StrategyRun:
+    logger.info("strategy %s", strategy.name)
+    size = size or (1 if strategy.batch_one_only else args.batch_size)
+    return run_strategy(
+        strategy,
+        models.verifier,
+        inputs.batches(size),
+        device=device,
+        eos_token_ids=eos_ids,
+        repeats=args.repeats,
+        max_new_tokens=args.max_new_tokens,
+        num_beams=args.num_beams,
+        drafter=models.drafters[strategy.drafter_index] if strategy.kind == "speculative" else None,
+        assistant=models.assistant,
+        prompt_lookup_num_tokens=args.prompt_lookup_num_tokens,
+        max_matching_ngram_size=args.max_matching_ngram_size,
+        measure_memory=measure_memory,
+        disable_tqdm=args.disable_tqdm,
+    )
+
+
+def _score(
+    run: StrategyRun,
+    greedy_run: StrategyRun,
+    reference_runs: dict[str, StrategyRun],
+    pairs,
+    models: EvaluationModels,
+    args: EvaluationArguments,
+) -> tuple[dict[str, Any], list[str]]:
+    """The figures of one strategy, and its decoded outputs."""
+    hypotheses = models.tokenizer.batch_decode(run.sequences, skip_special_tokens=True)
+    reference_name = "greedy"
+    if run.strategy.batch_one_only and "greedy_batch_size_1" in reference_runs:
+        reference_name = "greedy_batch_size_1"
+    result = _strategy_result(
+        run,
+        corpus_quality(hypotheses, pairs["target"], bleu_tokenize=args.bleu_tokenize),
+        fraction_identical(run.sequences, greedy_run.sequences),
+        reference_runs[reference_name].time_s,
+        reference_name,
+        reference_runs[reference_name].peak_activation_bytes,
+        models,
+        args.drafters,
+        args.repeats,
+        pairs.num_rows,
+    )
+    return result, hypotheses
+
+
+def _sweep(
+    args: EvaluationArguments,
+    models: EvaluationModels,
+    inputs: _Inputs,
+    eos_ids: list[int],
+    device: torch.device,
+    output_dir: Path,
+) -> dict[str, Any]:
+    """Latency and throughput of the sweep's strategies at each batch size; the points and the plot."""
+    strategies = args.resolved_sweep_strategies
+
+    def measure(strategy: Strategy, batches: list[Batch]) -> tuple[list[float], int]:
+        drafter = models.drafters[strategy.drafter_index] if strategy.kind == "speculative" else None
+        kwargs = generation_kwargs(
+            strategy, max_new_tokens=args.max_new_tokens, num_beams=args.num_beams, drafter=drafter
+        )
+        desc = f"sweep {strategy.name} batch size {len(batches[0].rows)}"
+        return warm_up_and_time(
+            models.verifier, batches, kwargs, args.repeats, device, eos_ids, desc, args.disable_tqdm
+        )
+
+    points = run_sweep(strategies, args.sweep_batch_sizes, len(inputs.encoded), inputs.batches, measure)
+    title = f"{Path(args.verifier_name_or_path).name}: latency vs throughput (labels: batch size)"
+    plot_latency_throughput(points, output_dir / PLOT_FILE, title=title)
+    return {
+        "batch_sizes": args.sweep_batch_sizes,
+        "strategies": [strategy.name for strategy in strategies],
+        "num_samples": len(inputs.encoded),
+        "latency": "median wall time of a pass over the rows divided by its number of batches (s per batch)",
+        "points": points,
+        "plot": PLOT_FILE,
+    }
+
+
+def _report(data: dict[str, Any], args: EvaluationArguments, output_dir: Path) -> None:
+    """Write results.json and results.md; print the tables."""
+    environment = data["environment"]
+    header = (
+        f"# {args.verifier_name_or_path} on {data['data']['description']}: {data['data']['num_samples']} rows, "
+        f"batch size {args.batch_size}, max_new_tokens {args.max_new_tokens}, {environment['device']} "
+        f"({environment['device_name']}, {environment['num_threads']} threads, {environment['dtype']}), "
+        f"median of {args.repeats} timed passes\n"
+    )
+    footer = ""
+    reference = data["reference_timings"].get("greedy_batch_size_1")
+    if reference is not None:
+        footer += f"\nBatch-size-1 strategies are compared with greedy at batch size 1: {reference['time_s']:.3f} s."
+    quality = data["strategies"]["greedy"]["quality"]
+    footer += f"\nsacrebleu: BLEU {quality['bleu_signature']} ; chrF {quality['chrf_signature']}"
+    footer += f"\nMemory: {data['memory']['method']}."
+    text = header + "\n" + markdown_tables(data["strategies"], args.metrics) + "\n" + footer + "\n"
+    (output_dir / TABLE_FILE).write_text(text)
+    write_json(data, output_dir / RESULTS_FILE)
+    print(text)
+    print(f"Results: {output_dir / RESULTS_FILE}, {output_dir / TABLE_FILE}, {output_dir / 'generations'}/")
+    if data["sweep"] is not None:
+        print(f"Latency-throughput plot: {output_dir / PLOT_FILE}")

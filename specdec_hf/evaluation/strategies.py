@@ -1,0 +1,175 @@
+"""The decoding strategies `evaluate.py` compares, named in the config, and the `generate()` arguments of each.
+
+Names:
+
+* `greedy`: `generate(do_sample=False, num_beams=1)`, the reference of speed-up and identical-to-greedy;
+* `beam`: beam search with `num_beams` beams;
+* `spec_k<k>_b<β>_t<τ>` (e.g. `spec_k8_b1_t0`, `spec_k10_b5_t3.5`): Speculative Decoding (Xia et al., 2023, arXiv
+  2203.16487) with block size k, top-β and tolerance τ; with several drafters it runs with each (the result names
+  get `_d<i>`), and `spec_..._d<i>` picks drafter i only;
+* `assisted`: transformers' assisted generation with an autoregressive `assistant_model` (batch size 1 only);
+* `prompt_lookup`: transformers' prompt-lookup decoding (`prompt_lookup_num_tokens`; batch size 1 only). With an
+  encoder-decoder model transformers matches n-grams in the decoder's own tokens so far, not in the source.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ..generation import speculative_generate
+
+__all__ = [
+    "BATCH_ONE_KINDS",
+    "STRATEGY_NAME_HELP",
+    "Strategy",
+    "generation_kwargs",
+    "parse_strategy",
+    "resolve_strategies",
+]
+
+STRATEGY_NAME_HELP = (
+    "greedy, beam, spec_k<k>_b<beta>_t<tau>[_d<drafter index>] (e.g. spec_k8_b1_t0, spec_k10_b5_t3.5), "
+    "assisted, prompt_lookup"
+)
+_PLAIN_KINDS = ("greedy", "beam", "assisted", "prompt_lookup")
+_SPECULATIVE_NAME = re.compile(r"^spec_k(?P<k>\d+)_b(?P<beta>\d+)_t(?P<tau>\d+(?:\.\d+)?)(?:_d(?P<drafter>\d+))?$")
+# transformers' assisted generation and prompt lookup refuse batches of more than one row
+BATCH_ONE_KINDS = ("assisted", "prompt_lookup")
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """One decoding strategy to evaluate.
+
+    Args:
+        name (`str`): Its name in the config and in every output.
+        kind (`str`): `"greedy"`, `"beam"`, `"speculative"`, `"assisted"` or `"prompt_lookup"`.
+        block_size, beta, tau: The speculative settings (k, β, τ); `None` for other kinds.
+        drafter_index (`int`, *optional*): Which of the configured drafters; `None` for other kinds.
+    """
+
+    name: str
+    kind: str
+    block_size: int | None = None
+    beta: int | None = None
+    tau: float | None = None
+    drafter_index: int | None = None
+
+    @property
+    def batch_one_only(self) -> bool:
+        """Whether transformers runs it only at batch size 1."""
+        return self.kind in BATCH_ONE_KINDS
+
+
+def parse_strategy(name: str) -> Strategy:
+    """Parse one strategy name (a speculative one keeps `drafter_index=None` unless it names `_d<i>`).
+
+    Raises:
+        ValueError: for an unknown name, listing the valid ones.
+    """
+    if name in _PLAIN_KINDS:
+        return Strategy(name=name, kind=name)
+    match = _SPECULATIVE_NAME.match(name)
+    if match is None:
+        raise ValueError(f"unknown strategy {name!r}; valid names: {STRATEGY_NAME_HELP}.")
+    drafter = match["drafter"]
+    return Strategy(
+        name=name,
+        kind="speculative",
+        block_size=int(match["k"]),
+        beta=int(match["beta"]),
+        tau=float(match["tau"]),
+        drafter_index=None if drafter is None else int(drafter),
+    )
+
+
+def resolve_strategies(names: list[str], num_drafters: int) -> list[Strategy]:
+    """The strategies to run, greedy first (added if missing: it is the reference), each name once.
+
+    A speculative name without `_d<i>` becomes one strategy per drafter: the name itself with one drafter,
+    `<name>_d<i>` with several.
+
+    Raises:
+        ValueError: for unknown or repeated names, speculative names without drafters, or a drafter index out of range.
+    """
+    if not names:
+        raise ValueError(f"`strategies` is empty; valid names: {STRATEGY_NAME_HELP}.")
+    unknown = []
+    parsed = []
+    for name in names:
+        try:
+            parsed.append(parse_strategy(name))
+        except ValueError:
+            unknown.append(name)
+    if unknown:
+        raise ValueError(f"unknown strategy name(s) {unknown}; valid names: {STRATEGY_NAME_HELP}.")
+    if any(strategy.kind == "speculative" for strategy in parsed) and num_drafters == 0:
+        raise ValueError("speculative strategies (spec_...) need at least one drafter: set `drafters` (paths).")
+    if not any(strategy.kind == "greedy" for strategy in parsed):
+        parsed.insert(0, Strategy(name="greedy", kind="greedy"))
+    resolved: list[Strategy] = []
+    for strategy in parsed:
+        if strategy.kind != "speculative":
+            resolved.append(strategy)
+        elif strategy.drafter_index is not None:
+            if strategy.drafter_index >= num_drafters:
+                raise ValueError(
+                    f"strategy {strategy.name!r} names drafter {strategy.drafter_index}, but only {num_drafters} "
+                    f"drafter(s) are configured (indices 0 to {num_drafters - 1})."
+                )
+            resolved.append(strategy)
+        else:
+            for index in range(num_drafters):
+                name = strategy.name if num_drafters == 1 else f"{strategy.name}_d{index}"
+                resolved.append(
+                    Strategy(
+                        name, "speculative", strategy.block_size, strategy.beta, strategy.tau, drafter_index=index
+                    )
+                )
+    names_seen = [strategy.name for strategy in resolved]
+    repeated = sorted({name for name in names_seen if names_seen.count(name) > 1})
+    if repeated:
+        raise ValueError(f"strategy name(s) {repeated} appear more than once in `strategies`.")
+    resolved.sort(key=lambda strategy: strategy.kind != "greedy")  # stable: greedy first, the rest in config order
+    return resolved
+
+
+def generation_kwargs(
+    strategy: Strategy,
+    max_new_tokens: int,
+    num_beams: int = 5,
+    drafter: Any = None,
+    assistant_model: Any = None,
+    prompt_lookup_num_tokens: int = 10,
+    max_matching_ngram_size: int = 2,
+) -> dict[str, Any]:
+    """The keyword arguments of `verifier.generate(**inputs, **kwargs)` for `strategy`.
+
+    Every strategy decodes deterministically (`do_sample=False`) whatever the verifier's generation config says;
+    only `beam` uses more than one beam. Speculative decoding returns a dict with `speculative_stats`.
+    """
+    kwargs: dict[str, Any] = {"max_new_tokens": max_new_tokens, "do_sample": False, "num_beams": 1}
+    if strategy.kind == "beam":
+        kwargs["num_beams"] = num_beams
+    elif strategy.kind == "speculative":
+        if drafter is None:
+            raise ValueError(f"strategy {strategy.name!r} needs a drafter.")
+        kwargs.update(
+            custom_generate=speculative_generate,
+            drafter=drafter,
+            block_size=strategy.block_size,
+            beta=strategy.beta,
+            tau=strategy.tau,
+            return_dict_in_generate=True,
+        )
+    elif strategy.kind == "assisted":
+        if assistant_model is None:
+            raise ValueError("strategy 'assisted' needs `assistant_model`.")
+        kwargs["assistant_model"] = assistant_model
+    elif strategy.kind == "prompt_lookup":
+        kwargs.update(
+            prompt_lookup_num_tokens=prompt_lookup_num_tokens, max_matching_ngram_size=max_matching_ngram_size
+        )
+    return kwargs

@@ -1,0 +1,110 @@
+"""Bad input to `evaluate.py` fails with a clear error before any generation starts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specdec_hf.evaluation import parse_evaluation_arguments, run_evaluation
+from specdec_hf.evaluation import runner as runner_module
+
+pytest_plugins = ["eval_fixtures"]  # the saved tiny models (`eval_models`, `base_argv`)
+
+
+@pytest.fixture(autouse=True)
+def no_generation(monkeypatch):
+    """Any error must come before the first strategy runs."""
+
+    def fail(*args, **kwargs):
+        raise AssertionError("generation started before the bad input was reported")
+
+    monkeypatch.setattr(runner_module, "run_strategy", fail)
+
+
+def evaluate(argv: list[str]) -> dict:
+    return run_evaluation(*parse_evaluation_arguments(argv))
+
+
+def replace_option(argv: list[str], name: str, value: str) -> list[str]:
+    index = argv.index(name)
+    return argv[: index + 1] + [value] + argv[index + 2 :]
+
+
+def test_unknown_strategy_lists_valid_names(base_argv):
+    with pytest.raises(ValueError, match=r"unknown strategy name\(s\) \['nucleus'\].*greedy, beam, spec_k"):
+        evaluate(base_argv + ["--strategies", "greedy", "nucleus"])
+
+
+@pytest.mark.parametrize(
+    ("strategies", "extra", "message"),
+    [
+        (["spec_k4_b1_t0"], ["--drafters"], "need at least one drafter"),
+        (["spec_k4_b1_t0_d3"], [], "names drafter 3, but only 1"),
+        (["assisted"], [], "needs `assistant_model`"),
+        (["greedy", "greedy"], [], "more than once"),
+    ],
+)
+def test_strategy_configuration_errors(base_argv, strategies, extra, message):
+    argv = base_argv
+    if extra == ["--drafters"]:
+        index = argv.index("--drafters")
+        argv = argv[:index] + argv[index + 2 :]
+    with pytest.raises(ValueError, match=message):
+        evaluate(argv + ["--strategies", *strategies])
+
+
+def test_batch_one_strategy_in_sweep_is_refused(base_argv, eval_models):
+    argv = base_argv + ["--strategies", "greedy", "assisted", "--assistant_model", eval_models["assistant"]]
+    with pytest.raises(ValueError, match="run only at batch size 1"):
+        evaluate(argv + ["--sweep", "true", "--sweep_strategies", "greedy", "assisted"])
+
+
+def test_drafter_with_another_vocabulary(base_argv, eval_models):
+    argv = replace_option(base_argv, "--drafters", eval_models["other_drafter"])
+    with pytest.raises(ValueError, match=r"other_drafter.*vocabulary size .* does not match the verifier"):
+        evaluate(argv)
+
+
+def test_block_size_above_the_drafters(base_argv):
+    with pytest.raises(ValueError, match="drafts k=9 tokens but drafter .* has 4 mask slots"):
+        evaluate(base_argv + ["--strategies", "spec_k9_b1_t0"])
+
+
+def test_assistant_with_another_vocabulary(base_argv, eval_models):
+    argv = base_argv + ["--strategies", "assisted", "--assistant_model", eval_models["other_assistant"]]
+    with pytest.raises(ValueError, match="assistant_model has vocabulary size"):
+        evaluate(argv)
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def test_empty_dataset(base_argv, tmp_path):
+    empty = write_jsonl(tmp_path / "empty.jsonl", [{"translation": {"en": "Hello .", "de": ""}}] * 3)
+    with pytest.raises(ValueError, match="has no rows"):
+        evaluate(replace_option(base_argv, "--data_files", f"test={empty}"))
+
+
+def test_missing_reference_column(base_argv, tmp_path):
+    no_reference = write_jsonl(tmp_path / "en_only.jsonl", [{"translation": {"en": "Hello ."}}] * 3)
+    with pytest.raises(ValueError, match=r"target column 'translation.de' not found"):
+        evaluate(replace_option(base_argv, "--data_files", f"test={no_reference}"))
+
+
+def test_output_dir_is_a_file(base_argv, tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    with pytest.raises(NotADirectoryError, match="is a file"):
+        evaluate(replace_option(base_argv, "--output_dir", str(blocker)))
+    with pytest.raises(NotADirectoryError, match="a parent is a file"):
+        evaluate(replace_option(base_argv, "--output_dir", str(blocker / "results")))
+
+
+def test_unknown_yaml_key(base_argv, tmp_path):
+    config = tmp_path / "bad.yaml"
+    config.write_text("num_beam: 4\n")
+    with pytest.raises(ValueError, match=r"unknown keys \['num_beam'\]"):
+        evaluate(["--config", str(config)] + base_argv)
