@@ -2,7 +2,8 @@
 
 The training data is the verifier's own output on the training sources (`python -m specdec_hf.distillation`):
 the drafter learns what the *verifier* will say. Each step draws a random split of every target into a prefix and
-the next k tokens and trains label-smoothed cross-entropy on those k tokens (positions past EOS ignored).
+the next k tokens and trains label-smoothed cross-entropy on those k tokens (positions past EOS ignored);
+`--glancing_ratio` adds GLAT-style glancing.
 
     accelerate launch train_drafter.py --config configs/debian_en_de.yaml [--max_steps 2000 ...]
     accelerate launch --config_file configs/accelerate/multi_gpu.yaml train_drafter.py --config ...
@@ -34,6 +35,7 @@ from specdec_hf.training import (
     DrafterTrainingArguments,
     evaluate_drafter,
     find_latest_checkpoint,
+    glancing_targets,
     parse_yaml_and_cli,
     read_training_state,
     sample_block_examples,
@@ -165,14 +167,24 @@ def training_function(args: DrafterTrainingArguments) -> dict:
                         encoder_states = verifier.get_encoder()(
                             input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
                         )[0]
-                loss = drafter(
+                drafter_inputs = dict(
                     input_ids=batch["input_ids"],
                     attention_mask=batch["attention_mask"],
                     encoder_hidden_states=encoder_states,
                     decoder_input_ids=blocks.decoder_input_ids.to(accelerator.device),
                     decoder_attention_mask=blocks.decoder_attention_mask.to(accelerator.device),
-                    labels=blocks.labels.to(accelerator.device),
+                )
+                labels, glance_ids = blocks.labels, None
+                if args.glancing_ratio > 0:
+                    with torch.no_grad():
+                        predictions = drafter(**drafter_inputs).logits.argmax(dim=-1).cpu()
+                    glance_ids, labels = glancing_targets(predictions, labels, args.glancing_ratio, generator)
+                    glance_ids = glance_ids.to(accelerator.device)
+                loss = drafter(
+                    **drafter_inputs,
+                    labels=labels.to(accelerator.device),
                     label_smoothing=args.label_smoothing,
+                    glance_ids=glance_ids,
                 ).loss
                 accelerator.backward(loss)
                 if accelerator.sync_gradients and args.max_grad_norm > 0:
@@ -182,7 +194,7 @@ def training_function(args: DrafterTrainingArguments) -> dict:
             state["micro_step"] += 1
             state["batches_in_epoch"] += 1
             window_loss += loss.item() / args.gradient_accumulation_steps
-            window_tokens += int((blocks.labels != -100).sum())
+            window_tokens += int((labels != -100).sum())
             if not accelerator.sync_gradients:
                 continue
             scheduler.step()

@@ -34,6 +34,8 @@ import yaml
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import GenerationConfig, HfArgumentParser, MarianConfig, MarianMTModel, PreTrainedTokenizerFast
 
+from specdec_hf.distillation import load_distilled_dataset
+
 logger = logging.getLogger("train_demo_verifier")
 
 PAD, EOS, UNK = "<pad>", "</s>", "<unk>"
@@ -73,6 +75,17 @@ class DemoVerifierArguments:
     eval_samples: int = field(default=300, metadata={"help": "First N validation sentences used for BLEU."})
     eval_batch_size: int = field(default=50, metadata={"help": "Sentences per generation batch."})
     max_train_examples: int | None = field(default=None, metadata={"help": "Debug: use only the first N pairs."})
+    tokenizer_name_or_path: str | None = field(
+        default=None,
+        metadata={"help": "Reuse this tokenizer instead of training one (e.g. an assistant sharing a verifier's)."},
+    )
+    distilled_train_data: str | None = field(
+        default=None,
+        metadata={
+            "help": "Train on a distilled dataset (specdec_hf.distillation output: `source` -> `target`, the "
+            "verifier's outputs) instead of data_dir/train.jsonl."
+        },
+    )
     resume: bool = field(default=False, metadata={"help": "Continue from `output_dir/checkpoint-last`."})
 
     def __post_init__(self):
@@ -341,11 +354,17 @@ def training_function(args: DemoVerifierArguments) -> None:
     logger.info("arguments: %s", json.dumps(asdict(args)))
 
     # 1. Tokenizer and data
-    train_pairs = read_pairs(Path(args.data_dir) / "train.jsonl", args.max_train_examples)
+    if args.distilled_train_data:
+        distilled = load_distilled_dataset(args.distilled_train_data)
+        train_pairs = list(zip(distilled["source"], distilled["target"], strict=True))[: args.max_train_examples]
+    else:
+        train_pairs = read_pairs(Path(args.data_dir) / "train.jsonl", args.max_train_examples)
     eval_pairs = read_pairs(Path(args.data_dir) / "validation.jsonl", args.eval_samples)
     if args.resume:
         checkpoint = find_checkpoint(output_dir)
         tokenizer = PreTrainedTokenizerFast.from_pretrained(checkpoint)
+    elif args.tokenizer_name_or_path:
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(args.tokenizer_name_or_path)
     else:
         start = time.perf_counter()
         tokenizer = train_tokenizer(train_pairs, args, output_dir / "tokenizer")

@@ -132,3 +132,10 @@ def test_accelerate_launch_two_cpu_processes(workspace):
 def test_shipped_training_configs_parse(config):
     (args,) = train_drafter.parse_yaml_and_cli([train_drafter.DrafterTrainingArguments], ["--config", str(config)])
     assert args.verifier_name_or_path and args.train_data and args.block_size >= 1
+
+
+def test_glancing_training_runs(workspace):
+    metrics = train_drafter.main(
+        ["--config", str(write_config(workspace, "glancing", max_steps=3)), "--glancing_ratio", "0.5"]
+    )
+    assert (workspace / "glancing" / "model.safetensors").is_file() and metrics["tokens_per_iteration"] >= 1.0

@@ -364,6 +364,8 @@ class SpecDrafterDecoder(nn.Module):
         encoder_attention_mask: torch.BoolTensor | None = None,
         cache: tuple[tuple[torch.Tensor, torch.Tensor], ...] | None = None,
         cache_length: int = 0,
+        glance_embeds: torch.Tensor | None = None,
+        glance_mask: torch.BoolTensor | None = None,
     ) -> torch.Tensor:
         """
         Args:
@@ -381,6 +383,10 @@ class SpecDrafterDecoder(nn.Module):
                 Prefix key/value buffers of shape `(batch_size, num_heads, capacity, head_dim)` with
                 `capacity >= cache_length + num_new + block_size` (causal prefix attention only).
             cache_length (`int`): Number of valid cached prefix positions (shared by all rows).
+            glance_embeds (`torch.FloatTensor` of shape `(batch_size, block_size, d_model)`, *optional*):
+                Embedded target tokens revealed to some mask slots (glancing training, GLAT).
+            glance_mask (`torch.BoolTensor` of shape `(batch_size, block_size)`, *optional*):
+                `True` where a slot reads `glance_embeds` instead of the mask embedding.
 
         Returns:
             `torch.FloatTensor` of shape `(batch_size, block_size, d_model)`: final hidden states of the mask slots.
@@ -390,7 +396,10 @@ class SpecDrafterDecoder(nn.Module):
         device = inputs_embeds.device
 
         prefix_states = inputs_embeds + self.embed_positions(prefix_positions)
-        mask_states = (self.mask_embedding + self.block_query_embeddings.weight[:block_size]) + self.embed_positions(
+        slot_inputs = self.mask_embedding.expand(batch_size, block_size, -1)
+        if glance_mask is not None:
+            slot_inputs = torch.where(glance_mask.unsqueeze(-1), glance_embeds, slot_inputs)
+        mask_states = (slot_inputs + self.block_query_embeddings.weight[:block_size]) + self.embed_positions(
             mask_positions
         )
         hidden_states = torch.cat([prefix_states, mask_states], dim=1)
@@ -587,6 +596,7 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel, Drafter):
         block_size: int | None = None,
         labels: torch.LongTensor | None = None,
         label_smoothing: float = 0.0,
+        glance_ids: torch.LongTensor | None = None,
     ) -> SpecDrafterOutput:
         r"""
         Args:
@@ -606,6 +616,9 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel, Drafter):
             labels (`torch.LongTensor` of shape `(batch_size, block_size)`, *optional*):
                 The next k tokens after each prefix; -100 marks ignored positions (e.g. past EOS).
             label_smoothing (`float`, *optional*, defaults to 0.0): Label smoothing of the cross-entropy.
+            glance_ids (`torch.LongTensor` of shape `(batch_size, block_size)`, *optional*):
+                Glancing training (GLAT, as in the paper's §3.1): target tokens revealed to their mask slots; -100
+                keeps a slot masked.
 
         Returns:
             [`SpecDrafterOutput`]: `logits` of shape `(batch_size, block_size, vocab_size)`.
@@ -642,6 +655,8 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel, Drafter):
             mask_positions=mask_positions,
             cross_key_values=self.decoder.project_encoder_states(memory),
             encoder_attention_mask=self._encoder_attention_mask(attention_mask),
+            glance_embeds=None if glance_ids is None else self._embed(glance_ids.clamp(min=0)),
+            glance_mask=None if glance_ids is None else glance_ids >= 0,
         )
         logits = self._logits(hidden_states)
 

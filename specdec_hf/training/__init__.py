@@ -5,6 +5,7 @@ from .block_examples import BlockExamples, sample_block_examples
 from .checkpointing import find_latest_checkpoint, read_training_state, save_checkpoint_atomically
 from .collator import DistilledBatchCollator
 from .drafter_evaluation import evaluate_drafter
+from .glancing import glancing_targets
 from .in_memory import distill_greedy_outputs, fit_drafter_in_memory
 from .model_card import write_model_card
 
@@ -16,6 +17,7 @@ __all__ = [
     "evaluate_drafter",
     "find_latest_checkpoint",
     "fit_drafter_in_memory",
+    "glancing_targets",
     "parse_yaml_and_cli",
     "read_training_state",
     "sample_block_examples",

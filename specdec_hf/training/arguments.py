@@ -53,6 +53,10 @@ class DrafterTrainingArguments:
     max_steps: int = field(default=10000, metadata={"help": "Optimizer steps to train."})
     max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient clipping norm (0 disables)."})
     label_smoothing: float = field(default=0.1, metadata={"help": "Label smoothing of the cross-entropy."})
+    glancing_ratio: float = field(
+        default=0.0,
+        metadata={"help": "GLAT: reveal this fraction of wrongly predicted slots in a second pass (0 disables)."},
+    )
     mixed_precision: str | None = field(
         default=None, metadata={"help": "no / fp16 / bf16; default: what `accelerate launch` was configured with."}
     )
@@ -83,6 +87,8 @@ class DrafterTrainingArguments:
         for name in positive + ("checkpointing_steps", "eval_steps", "logging_steps", "checkpoints_total_limit"):
             if getattr(self, name) < 1:
                 raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}.")
+        if not 0.0 <= self.glancing_ratio <= 1.0:
+            raise ValueError(f"`glancing_ratio` must be in [0, 1], got {self.glancing_ratio}.")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ValueError(f"`label_smoothing` must be in [0, 1), got {self.label_smoothing}.")
         if self.push_to_hub and not self.hub_model_id:

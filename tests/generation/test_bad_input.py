@@ -69,6 +69,6 @@ def test_enabled_model_rejects_misplaced_arguments(bart, inputs):
     with pytest.raises(ValueError, match="only apply with a `drafter`"):
         bart.generate(**inputs, beta=3)
     with pytest.raises(ValueError, match="batch size 1"):
-        bart.generate(**inputs, drafter=RandomDrafter(VOCAB_SIZE), streamer=object())
+        bart.generate(**inputs, drafter=RandomDrafter(VOCAB_SIZE), streamer=object(), max_new_tokens=3)
     with pytest.raises(ValueError, match="custom_generate"):
         bart.generate(**inputs, drafter=RandomDrafter(VOCAB_SIZE), custom_generate=speculative_generate)

@@ -1,0 +1,136 @@
+"""Export the trained demo models into the repository: half-precision safetensors, tokenizer, model cards.
+
+    python scripts/export_demo_pair.py --verifier runs/demo_verifier/best --drafter runs/drafter_debian_en_de \
+        --assistant runs/demo_assistant/best --output_dir models/demo-en-de --heldout data/debian_en_de/test.jsonl
+
+Writes `output_dir/{verifier,drafter,assistant}` (loadable with `AutoModelForSeq2SeqLM` / `AutoModel` /
+`AutoTokenizer`, like Hub checkpoints) and `output_dir/heldout_test.jsonl`, the evaluation slice, drawn from the
+corpus's test split (never seen in training) with its licence notice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+from specdec_hf import SpecDrafterModel
+
+DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+NOTICE = """Sources and licences of heldout_test.jsonl (sentences from the test split of the corpus built by
+`python -m specdec_hf.data.debian_corpus --task translation`), and of the data the models were trained on:
+- rows with "source": "ding" — Ding dictionary (Debian package trans-de-en), GPL-2+.
+- rows with "source": "lohelp" — LibreOffice help (libreoffice-help-en-us / -de), MPL-2.0.
+- rows with "source": "ddtp_desc" / "ddtp_synopsis" — Debian package descriptions and their German translations
+  (Debian Description Translation Project), under the licences of the respective packages in Debian main.
+"""
+
+VERIFIER_CARD = """---
+language: [en, de]
+library_name: transformers
+pipeline_tag: translation
+tags: [marian, speculative-decoding, specdec_hf, offline-demo]
+---
+
+# specdec_hf demo verifier: English → German
+
+A small `MarianMTModel` ({params:.1f}M parameters: d_model {d_model}, {enc}+{dec} layers, a {vocab}-piece Unigram
+vocabulary shared by both languages) trained from scratch on CPU by `scripts/train_demo_verifier.py
+--config configs/demo/verifier_en_de.yaml`, on the offline corpus of Debian packages (Ding dictionary examples,
+LibreOffice help, Debian package descriptions; see NOTICE.md), {steps} optimizer steps. It exists to show
+speculative decoding on real text on machines without a model hub; it is not a general-purpose translator.
+Weights are stored in {dtype}; load them in float32 (or bfloat16) on CPUs.
+
+```python
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+model = AutoModelForSeq2SeqLM.from_pretrained("models/demo-en-de/verifier", dtype="float32")
+tokenizer = AutoTokenizer.from_pretrained("models/demo-en-de/verifier")
+```
+
+Greedy validation BLEU during training (first 300 validation sentences): {bleu}.
+"""
+
+ASSISTANT_CARD = """---
+language: [en, de]
+library_name: transformers
+tags: [marian, assisted-generation, specdec_hf, offline-demo]
+---
+
+# specdec_hf demo assistant: a small autoregressive draft model for HF assisted generation
+
+The peer baseline of the demo: a {params:.1f}M-parameter `MarianMTModel` sharing the demo verifier's tokenizer,
+trained by `scripts/train_demo_verifier.py --config configs/demo/assistant_en_de.yaml` on the verifier's distilled
+outputs, for `generate(assistant_model=...)`. Weights in {dtype}.
+"""
+
+
+def export_seq2seq(source: Path, target: Path, dtype: torch.dtype, card: str) -> dict:
+    """Save a seq2seq model + tokenizer in `dtype` with a model card; returns what the card was filled with."""
+    model = AutoModelForSeq2SeqLM.from_pretrained(source, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    model.to(dtype).save_pretrained(target, safe_serialization=True)
+    tokenizer.save_pretrained(target)
+    results = json.loads((source / "eval_results.json").read_text()) if (source / "eval_results.json").exists() else {}
+    config = model.config
+    values = {
+        "params": sum(p.numel() for p in model.parameters()) / 1e6,
+        "d_model": config.d_model,
+        "enc": config.encoder_layers,
+        "dec": config.decoder_layers,
+        "vocab": config.vocab_size,
+        "steps": results.get("step", "?"),
+        "bleu": f"{results['bleu']:.2f}" if "bleu" in results else "not recorded",
+        "dtype": str(dtype).removeprefix("torch."),
+    }
+    (target / "README.md").write_text(card.format(**values))
+    return values
+
+
+def export_drafter(source: Path, target: Path, dtype: torch.dtype, verifier_path: str) -> None:
+    """Save the drafter in `dtype`, pointing its config at the shipped verifier, with its training model card."""
+    drafter = SpecDrafterModel.from_pretrained(source, dtype=torch.float32)
+    drafter.config.verifier_name_or_path = verifier_path
+    drafter.to(dtype).save_pretrained(target, safe_serialization=True)
+    for name in ("README.md", "eval_results.json"):
+        if (source / name).exists():
+            shutil.copy(source / name, target / name)
+
+
+def export_heldout(corpus_test: Path, target: Path, rows: int, seed: int) -> None:
+    """A fixed random slice of the corpus's test split (no training sentence is in that split)."""
+    lines = corpus_test.read_text(encoding="utf-8").splitlines()
+    chosen = sorted(random.Random(seed).sample(range(len(lines)), rows))
+    target.write_text("".join(lines[i] + "\n" for i in chosen), encoding="utf-8")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--verifier", type=Path, required=True)
+    parser.add_argument("--drafter", type=Path, required=True)
+    parser.add_argument("--assistant", type=Path, default=None)
+    parser.add_argument("--output_dir", type=Path, default=Path("models/demo-en-de"))
+    parser.add_argument("--heldout", type=Path, default=Path("data/debian_en_de/test.jsonl"))
+    parser.add_argument("--heldout_rows", type=int, default=200)
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="float16")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    dtype = DTYPES[args.dtype]
+    out = args.output_dir
+    out.mkdir(parents=True, exist_ok=True)
+    values = export_seq2seq(args.verifier, out / "verifier", dtype, VERIFIER_CARD)
+    export_drafter(args.drafter, out / "drafter", dtype, str(out / "verifier"))
+    if args.assistant is not None:
+        export_seq2seq(args.assistant, out / "assistant", dtype, ASSISTANT_CARD)
+    export_heldout(args.heldout, out / "heldout_test.jsonl", args.heldout_rows, args.seed)
+    (out / "NOTICE.md").write_text(NOTICE)
+    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file()) / 2**20
+    print(f"exported to {out} ({size:.1f} MiB); verifier {values['params']:.1f}M parameters")
+
+
+if __name__ == "__main__":
+    main()
