@@ -73,7 +73,7 @@ def get_dataloaders(args: DrafterTrainingArguments, pad_token_id: int) -> tuple[
 def build_drafter(args: DrafterTrainingArguments, verifier) -> SpecDrafterModel:
     """Continue from `drafter_name_or_path`, or build one from the verifier (its embeddings and encoder copied)."""
     if args.drafter_name_or_path:
-        drafter = SpecDrafterModel.from_pretrained(args.drafter_name_or_path)
+        drafter = SpecDrafterModel.from_pretrained(args.drafter_name_or_path, dtype=torch.float32)
         if drafter.vocab_size != verifier.config.vocab_size:
             raise ValueError(
                 f"drafter_name_or_path has vocabulary {drafter.vocab_size}, the verifier {verifier.config.vocab_size}: "
@@ -109,7 +109,9 @@ def training_function(args: DrafterTrainingArguments) -> dict:
     if args.report_to:
         accelerator.init_trackers("spec_drafter", config={k: str(v) for k, v in asdict(args).items()})
 
-    verifier = AutoModelForSeq2SeqLM.from_pretrained(args.verifier_name_or_path).eval().to(accelerator.device)
+    # float32 master copy whatever the stored dtype (a shipped model may be half precision); autocast does the rest
+    verifier = AutoModelForSeq2SeqLM.from_pretrained(args.verifier_name_or_path, dtype=torch.float32)
+    verifier = verifier.eval().to(accelerator.device)
     verifier.requires_grad_(False)
     pad = verifier.config.pad_token_id
     with accelerator.main_process_first():
