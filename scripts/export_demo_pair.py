@@ -53,7 +53,7 @@ tokenizer = AutoTokenizer.from_pretrained("models/demo-en-de/verifier")
 ```
 
 Greedy validation BLEU during training (first 300 validation sentences): {bleu}.
-"""
+{test_line}"""
 
 ASSISTANT_CARD = """---
 language: [en, de]
@@ -69,7 +69,7 @@ outputs, for `generate(assistant_model=...)`. Weights in {dtype}.
 """
 
 
-def export_seq2seq(source: Path, target: Path, dtype: torch.dtype, card: str) -> dict:
+def export_seq2seq(source: Path, target: Path, dtype: torch.dtype, card: str, test_line: str = "") -> dict:
     """Save a seq2seq model + tokenizer in `dtype` with a model card; returns what the card was filled with."""
     model = AutoModelForSeq2SeqLM.from_pretrained(source, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(source)
@@ -86,6 +86,7 @@ def export_seq2seq(source: Path, target: Path, dtype: torch.dtype, card: str) ->
         "steps": results.get("step", "?"),
         "bleu": f"{results['bleu']:.2f}" if "bleu" in results else "not recorded",
         "dtype": str(dtype).removeprefix("torch."),
+        "test_line": test_line,
     }
     (target / "README.md").write_text(card.format(**values))
     return values
@@ -118,11 +119,12 @@ def main() -> None:
     parser.add_argument("--heldout_rows", type=int, default=200)
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float16")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--test_results", type=str, default="", help="A line of measured test figures for the card.")
     args = parser.parse_args()
     dtype = DTYPES[args.dtype]
     out = args.output_dir
     out.mkdir(parents=True, exist_ok=True)
-    values = export_seq2seq(args.verifier, out / "verifier", dtype, VERIFIER_CARD)
+    values = export_seq2seq(args.verifier, out / "verifier", dtype, VERIFIER_CARD, args.test_results)
     export_drafter(args.drafter, out / "drafter", dtype, str(out / "verifier"))
     if args.assistant is not None:
         export_seq2seq(args.assistant, out / "assistant", dtype, ASSISTANT_CARD)

@@ -40,7 +40,8 @@ def load_models(args: EvaluationArguments, device: torch.device) -> EvaluationMo
     dtype = _DTYPES[args.dtype]
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_name_or_path or args.verifier_name_or_path)
     verifier = AutoModelForSeq2SeqLM.from_pretrained(args.verifier_name_or_path, dtype=dtype)
-    drafters = [SpecDrafterModel.from_pretrained(path, dtype=dtype) for path in args.drafters]
+    drafter_dtype = _DTYPES[args.drafter_dtype or args.dtype]
+    drafters = [SpecDrafterModel.from_pretrained(path, dtype=drafter_dtype) for path in args.drafters]
     assistant = None
     if any(strategy.kind == "assisted" for strategy in args.resolved_strategies):
         assistant = AutoModelForSeq2SeqLM.from_pretrained(args.assistant_model, dtype=dtype)
