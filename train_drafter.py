@@ -113,6 +113,8 @@ def training_function(args: DrafterTrainingArguments) -> dict:
     verifier = AutoModelForSeq2SeqLM.from_pretrained(args.verifier_name_or_path, dtype=torch.float32)
     verifier = verifier.eval().to(accelerator.device)
     verifier.requires_grad_(False)
+    # the evaluation passes max_new_tokens; a checkpoint's max_length would only make generate() warn every call
+    verifier.generation_config.max_length = None
     pad = verifier.config.pad_token_id
     with accelerator.main_process_first():
         train_loader, eval_examples = get_dataloaders(args, pad)
