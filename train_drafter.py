@@ -5,7 +5,7 @@ the drafter learns what the *verifier* will say. Each step draws a random split 
 the next k tokens and trains label-smoothed cross-entropy on those k tokens (positions past EOS ignored);
 `--glancing_ratio` adds GLAT-style glancing.
 
-    accelerate launch train_drafter.py --config configs/debian_en_de.yaml [--max_steps 2000 ...]
+    accelerate launch train_drafter.py --config configs/train/debian_en_de.yaml [--max_steps 2000 ...]
     accelerate launch --config_file configs/accelerate/multi_gpu.yaml train_drafter.py --config ...
 
 Resume an interrupted run with `--resume_from_checkpoint latest` (same output_dir).
@@ -74,6 +74,11 @@ def build_drafter(args: DrafterTrainingArguments, verifier) -> SpecDrafterModel:
     """Continue from `drafter_name_or_path`, or build one from the verifier (its embeddings and encoder copied)."""
     if args.drafter_name_or_path:
         drafter = SpecDrafterModel.from_pretrained(args.drafter_name_or_path, dtype=torch.float32)
+        if args.drafter_config or args.block_size != drafter.block_size:
+            raise ValueError(
+                f"drafter_name_or_path continues a drafter with block_size {drafter.block_size} and its own config: "
+                "drop `drafter_config` and set `block_size` to match (or drop drafter_name_or_path to build anew)."
+            )
         if drafter.vocab_size != verifier.config.vocab_size:
             raise ValueError(
                 f"drafter_name_or_path has vocabulary {drafter.vocab_size}, the verifier {verifier.config.vocab_size}: "

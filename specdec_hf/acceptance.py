@@ -12,6 +12,8 @@ accepted, so the output is exactly greedy decoding.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 __all__ = ["accept_drafts", "count_accepted", "validate_acceptance_arguments"]
@@ -21,8 +23,9 @@ def validate_acceptance_arguments(beta: object, tau: object, block_size: object)
     """Check `beta`, `tau` and `block_size`; raise `ValueError` naming the argument and the valid range."""
     if isinstance(beta, bool) or not isinstance(beta, int) or beta < 1:
         raise ValueError(f"`beta` must be an integer >= 1 (1 = exact greedy output), got {beta!r}.")
-    if isinstance(tau, bool) or not isinstance(tau, (int, float)) or not tau >= 0:
-        raise ValueError(f"`tau` must be a number >= 0 (a log-probability margin), got {tau!r}.")
+    if isinstance(tau, bool) or not isinstance(tau, (int, float)) or not 0 <= tau < math.inf:
+        # an infinite margin would accept tokens the logits processors banned (score -inf)
+        raise ValueError(f"`tau` must be a finite number >= 0 (a log-probability margin), got {tau!r}.")
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"`block_size` must be an integer >= 1 (tokens drafted per iteration), got {block_size!r}.")
 

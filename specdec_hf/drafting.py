@@ -36,7 +36,8 @@ class DraftProposal:
         draft_ids (`torch.LongTensor` of shape `(batch_size, block_size)`):
             The drafted next tokens of every active row.
         draft_logits (`torch.FloatTensor` of shape `(batch_size, block_size, vocab_size)`, *optional*):
-            The drafter's unnormalised scores behind `draft_ids` (needed by sampling modes, reported in statistics).
+            The drafter's unnormalised scores behind `draft_ids`; sampling uses them as the proposal distribution
+            (without them a draft counts as a certain proposal).
         state (`Any`):
             The drafter's state, updated; passed back to the next `propose` call.
     """
@@ -97,6 +98,11 @@ class Drafter(ABC):
 _REQUIRED_METHODS = ("init_drafting_state", "propose", "select_rows")
 
 
+def _is_int(obj: Any, name: str) -> bool:
+    value = getattr(obj, name, None)
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def validate_drafter(drafter: Any, verifier_vocab_size: int) -> None:
     """Check that `drafter` implements the drafting interface and shares the verifier's vocabulary.
 
@@ -104,8 +110,8 @@ def validate_drafter(drafter: Any, verifier_vocab_size: int) -> None:
         ValueError: naming the missing method or the mismatching vocabulary size, and the fix.
     """
     missing = [name for name in _REQUIRED_METHODS if not callable(getattr(drafter, name, None))]
-    if missing or not isinstance(getattr(drafter, "vocab_size", None), int):
-        missing += [] if isinstance(getattr(drafter, "vocab_size", None), int) else ["vocab_size (int attribute)"]
+    missing += [f"{name} (int attribute)" for name in ("vocab_size", "block_size") if not _is_int(drafter, name)]
+    if missing:
         raise ValueError(
             f"`drafter` ({type(drafter).__name__}) does not implement the drafting interface: missing "
             f"{', '.join(missing)}. Pass a `SpecDrafterModel` or a subclass of `specdec_hf.Drafter`."

@@ -73,6 +73,7 @@ def test_works_on_blocks():
         (True, 0.0, 4, "beta"),
         (1, -0.1, 4, "tau"),
         (1, float("nan"), 4, "tau"),
+        (1, float("inf"), 4, "tau"),
         (1, 0.0, 0, "block_size"),
         (1, 0.0, 2.0, "block_size"),
     ],

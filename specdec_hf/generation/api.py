@@ -7,13 +7,21 @@ change here. The loop itself lives in `speculative_loop.py`; the acceptance rule
 
 from __future__ import annotations
 
-import functools
+import types
 from typing import Any
 
 import torch
 from transformers import DynamicCache, EncoderDecoderCache, GenerationConfig
-from transformers.generation.logits_process import LogitsProcessorList, PrefixConstrainedLogitsProcessor
-from transformers.generation.stopping_criteria import StoppingCriteriaList
+from transformers.generation.configuration_utils import GenerationMode
+from transformers.generation.logits_process import (
+    EncoderNoRepeatNGramLogitsProcessor,
+    EncoderRepetitionPenaltyLogitsProcessor,
+    LogitsProcessorList,
+    PrefixConstrainedLogitsProcessor,
+)
+from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria, StoppingCriteriaList
+from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
+from transformers.integrations.fsdp import is_fsdp_managed_module
 
 from ..acceptance import validate_acceptance_arguments
 from ..drafting import validate_drafter
@@ -37,7 +45,6 @@ def speculative_generate(
     tau: float = 0.0,
     inputs_tensor: torch.Tensor | None = None,
     token_streamer=None,
-    synced_gpus: bool = False,
     **model_kwargs,
 ) -> torch.LongTensor | SpeculativeGenerateOutput:
     """Speculative Decoding (Xia et al., 2023, arXiv 2203.16487) as a `generate()` decoding method.
@@ -67,7 +74,8 @@ def speculative_generate(
 
     Raises:
         ValueError: for a decoder-only verifier, a missing or mismatching drafter, bad `beta`/`tau`/`block_size`, and
-            generation modes not supported with a drafter (beam search, sampling, static cache, ...).
+            generation modes not supported with a drafter (beam search, contrastive search, assisted generation,
+            static cache, ...).
     """
     if not model.config.is_encoder_decoder:
         raise ValueError(
@@ -86,7 +94,7 @@ def speculative_generate(
             f"`beta`/`tau` (got beta={beta}, tau={tau}) relax greedy verification; with `do_sample=True` speculative "
             "sampling is already exact and takes no relaxation: drop `beta`/`tau`, or set `do_sample=False`."
         )
-    _check_generation_mode(generation_config, logits_processor, input_ids.shape[0], synced_gpus, model_kwargs)
+    _check_generation_mode(generation_config, logits_processor, input_ids.shape[0], model, model_kwargs)
     if token_streamer is not None and input_ids.shape[0] > 1:
         raise ValueError(
             f"A streamer needs batch size 1 (got {input_ids.shape[0]} rows, `num_return_sequences` included): "
@@ -96,21 +104,21 @@ def speculative_generate(
     encoder_outputs = model_kwargs["encoder_outputs"]
     attention_mask = model_kwargs.get("attention_mask")
     cache = _fresh_or_checked_cache(model_kwargs.get("cache"), model)
-    source_ids = inputs_tensor if inputs_tensor is not None and not inputs_tensor.is_floating_point() else None
+    source_ids = _source_ids(inputs_tensor, input_ids.shape[0])
     drafter_state = drafter.init_drafting_state(
         input_ids=source_ids, attention_mask=attention_mask, encoder_hidden_states=encoder_outputs.last_hidden_state
     )
 
-    eos = generation_config._eos_token_tensor
+    max_length, eos = _length_and_eos_from_criteria(stopping_criteria, generation_config)
     pad = generation_config._pad_token_tensor
-    pad_token_id = int(pad) if pad is not None else (int(eos.flatten()[0]) if eos is not None else 0)
+    pad_token_id = int(pad) if pad is not None else (int(eos[0]) if eos is not None else 0)
     loop_config = SpeculativeLoopConfig(
         block_size=block_size,
         beta=beta,
         tau=float(tau),
-        max_length=generation_config.max_length,
+        max_length=max_length,
         pad_token_id=pad_token_id,
-        eos_token_ids=eos.flatten().to(input_ids.device) if eos is not None else None,
+        eos_token_ids=eos.to(input_ids.device) if eos is not None else None,
         do_sample=bool(generation_config.do_sample),
         output_scores=bool(generation_config.return_dict_in_generate and generation_config.output_scores),
         output_logits=bool(generation_config.return_dict_in_generate and generation_config.output_logits),
@@ -136,16 +144,41 @@ def speculative_generate(
         logits=result.logits,
         encoder_attentions=encoder_outputs.get("attentions"),
         encoder_hidden_states=encoder_outputs.get("hidden_states"),
-        cache=cache,
+        # the cache holds rejected drafts and only the rows that finished last: not reusable, so not returned
+        cache=None,
         speculative_stats=result.stats,
     )
+
+
+def _source_ids(inputs_tensor: torch.Tensor | None, batch_size: int) -> torch.LongTensor | None:
+    """The source ids for the drafter, aligned with the (possibly expanded) batch; `None` when there are none."""
+    if inputs_tensor is None or inputs_tensor.is_floating_point():
+        return None  # `inputs_embeds`
+    if bool((inputs_tensor == -100).all()):
+        return None  # generate()'s placeholder when the caller passed `encoder_outputs`
+    if inputs_tensor.shape[0] != batch_size:
+        # generate() expands the encoder output and mask for `num_return_sequences`, not `inputs_tensor`
+        inputs_tensor = inputs_tensor.repeat_interleave(batch_size // inputs_tensor.shape[0], dim=0)
+    return inputs_tensor
+
+
+def _length_and_eos_from_criteria(
+    stopping_criteria: StoppingCriteriaList, generation_config: GenerationConfig
+) -> tuple[int, torch.LongTensor | None]:
+    """The max length and EOS ids the criteria enforce (a user's criteria replace generate()'s defaults)."""
+    lengths = [c.max_length for c in stopping_criteria if isinstance(c, MaxLengthCriteria)]
+    eos_lists = [c.eos_token_id.flatten() for c in stopping_criteria if isinstance(c, EosTokenCriteria)]
+    if not lengths:
+        raise ValueError("Speculative decoding needs a length limit: pass `max_new_tokens` or `max_length`.")
+    eos = torch.cat(eos_lists).unique() if eos_lists else None
+    return min(lengths), eos
 
 
 def _check_generation_mode(
     generation_config: GenerationConfig,
     logits_processor: LogitsProcessorList,
     batch_size: int,
-    synced_gpus: bool,
+    model,
     model_kwargs: dict[str, Any],
 ) -> None:
     """Reject what the speculative loop does not implement, rather than silently decoding something else."""
@@ -153,6 +186,13 @@ def _check_generation_mode(
         raise ValueError(
             f"Beam search (`num_beams={generation_config.num_beams}`) is not supported with a `drafter`: "
             "set `num_beams=1`, or drop `drafter` to run plain beam search."
+        )
+    mode = generation_config.get_generation_mode()
+    if mode not in (GenerationMode.GREEDY_SEARCH, GenerationMode.SAMPLE):
+        raise ValueError(
+            f"The generation mode {mode.value!r} (from e.g. `penalty_alpha`, `prompt_lookup_num_tokens`, "
+            "`dola_layers`) cannot run with a `drafter`, which does greedy decoding or sampling: drop those options "
+            "or drop `drafter`."
         )
     if generation_config.cache_implementation not in (None, "dynamic"):
         raise ValueError(
@@ -164,16 +204,23 @@ def _check_generation_mode(
             "`output_attentions` / `output_hidden_states` are not supported with a `drafter`: drop them, or generate "
             "without `drafter`."
         )
-    if synced_gpus:
-        raise ValueError("`synced_gpus=True` is not supported with a `drafter`; run speculative decoding per process.")
+    # transformers does not hand `synced_gpus` to a custom_generate callable: detect the setting it would imply
+    if (is_deepspeed_zero3_enabled() or is_fsdp_managed_module(model)) and torch.distributed.is_initialized():
+        if torch.distributed.get_world_size() > 1:
+            raise ValueError(
+                "Speculative decoding does not synchronise ranks (DeepSpeed ZeRO-3 / FSDP): generate on each rank "
+                "with an unsharded model."
+            )
     if model_kwargs.get("decoder_attention_mask") is not None:
         raise ValueError(
             "`decoder_attention_mask` is not supported with a `drafter`: pass an unpadded decoder prompt."
         )
-    if batch_size > 1 and any(isinstance(p, PrefixConstrainedLogitsProcessor) for p in logits_processor):
+    row_indexed = (PrefixConstrainedLogitsProcessor, EncoderRepetitionPenaltyLogitsProcessor)
+    row_indexed += (EncoderNoRepeatNGramLogitsProcessor,)
+    if batch_size > 1 and any(isinstance(p, row_indexed) for p in logits_processor):
         raise ValueError(
-            "`prefix_allowed_tokens_fn` reads the batch index, which the per-row verification of a `drafter` "
-            "changes: use batch size 1 with `prefix_allowed_tokens_fn`."
+            "`prefix_allowed_tokens_fn`, `encoder_repetition_penalty` and `encoder_no_repeat_ngram_size` read the "
+            "batch index, which the per-row verification of a `drafter` changes: use batch size 1 with them."
         )
 
 
@@ -220,27 +267,27 @@ def enable_speculative_decoding(model):
             f"Speculative decoding needs an encoder-decoder model; {type(model).__name__} is decoder-only. "
             "Use transformers' assisted generation (`assistant_model=`) for decoder-only models."
         )
-    if getattr(model.generate, "speculative_decoding_enabled", False):
+    if getattr(model.generate, "__func__", None) is _generate_with_optional_drafter:
         return model
-    plain_generate = model.generate
-
-    @functools.wraps(plain_generate)
-    def generate(*args, drafter=None, **kwargs):
-        if drafter is None:
-            given = [name for name in _SPECULATIVE_ARGUMENTS if name in kwargs]
-            if given:
-                raise ValueError(f"{', '.join(given)} only apply with a `drafter`: pass `drafter=` or drop them.")
-            return plain_generate(*args, **kwargs)
-        if kwargs.get("custom_generate") is not None:
-            raise ValueError("`custom_generate` cannot be combined with `drafter`: pass only one of them.")
-        # transformers drops `streamer` before calling a custom_generate callable: hand it over under our own name
-        streamer = kwargs.pop("streamer", None)
-        if streamer is not None:
-            kwargs["token_streamer"] = streamer
-        if kwargs.get("assistant_model") is not None:
-            raise ValueError("`assistant_model` and `drafter` are two drafting methods: pass only one of them.")
-        return plain_generate(*args, custom_generate=speculative_generate, drafter=drafter, **kwargs)
-
-    generate.speculative_decoding_enabled = True
-    model.generate = generate
+    # a bound method (not a closure over the old one) so that copies of the model call their own generate()
+    model.generate = types.MethodType(_generate_with_optional_drafter, model)
     return model
+
+
+def _generate_with_optional_drafter(self, *args, drafter=None, **kwargs):
+    """`generate()` of a model after `enable_speculative_decoding`: speculative with `drafter`, plain without."""
+    plain_generate = type(self).generate
+    if drafter is None:
+        given = [name for name in _SPECULATIVE_ARGUMENTS if name in kwargs]
+        if given:
+            raise ValueError(f"{', '.join(given)} only apply with a `drafter`: pass `drafter=` or drop them.")
+        return plain_generate(self, *args, **kwargs)
+    if kwargs.get("custom_generate") is not None:
+        raise ValueError("`custom_generate` cannot be combined with `drafter`: pass only one of them.")
+    if kwargs.get("assistant_model") is not None:
+        raise ValueError("`assistant_model` and `drafter` are two drafting methods: pass only one of them.")
+    # transformers drops `streamer` before calling a custom_generate callable: hand it over under our own name
+    streamer = kwargs.pop("streamer", None)
+    if streamer is not None:
+        kwargs["token_streamer"] = streamer
+    return plain_generate(self, *args, custom_generate=speculative_generate, drafter=drafter, **kwargs)

@@ -131,7 +131,7 @@ def run_speculative_loop(
     while active:
         row_lengths = [lengths[r] for r in active]
         longest = max(row_lengths)
-        # k is capped by the length budget of the shortest row and by the verifier's position table.
+        # k is capped by the largest remaining length budget (the shortest row's) and the verifier's positions.
         k = min(config.block_size, config.max_length - min(row_lengths) - 1)
         if position_limit is not None:
             k = min(k, position_limit - longest)
@@ -143,6 +143,7 @@ def run_speculative_loop(
         proposal_q = None
         if k > 0:
             proposal = drafter.propose(drafter_state, committed[:, :longest], lengths_t, k)
+            _check_proposal(proposal, len(active), k)
             drafter_state = proposal.state
             drafts = proposal.draft_ids[:, :k].to(device)
             stats.drafter_calls += 1
@@ -188,6 +189,7 @@ def run_speculative_loop(
             num_new, finished = _stop_by_criteria(
                 new_tokens, num_new, committed, lengths_t, scores, stopping_criteria, pad
             )
+            finished |= lengths_t + num_new >= config.max_length
 
         # 5. Commit the tokens, update the statistics, drop finished rows, crop the cache
         offsets = torch.arange(k + 1, device=device)
@@ -239,6 +241,20 @@ def run_speculative_loop(
     if record:
         scores_out, logits_out = _assemble_per_position(recorded, lengths, prompt_length, total_length, config)
     return LoopResult(sequences[:, :total_length], stats, scores_out, logits_out)
+
+
+def _check_proposal(proposal, rows: int, block_size: int) -> None:
+    """A drafter must return at least k drafts per active row; fewer would misalign verification silently."""
+    shape = tuple(proposal.draft_ids.shape)
+    if len(shape) != 2 or shape[0] != rows or shape[1] < block_size:
+        raise ValueError(
+            f"The drafter returned draft_ids of shape {shape}; expected ({rows}, {block_size}) (rows, block_size)."
+        )
+    logits = proposal.draft_logits
+    if logits is not None and (logits.shape[0] != rows or logits.shape[1] < block_size):
+        raise ValueError(
+            f"The drafter returned draft_logits of shape {tuple(logits.shape)}; expected ({rows}, {block_size}, vocab)."
+        )
 
 
 def _build_verifier_input(

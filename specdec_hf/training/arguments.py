@@ -87,8 +87,8 @@ class DrafterTrainingArguments:
         for name in positive + ("checkpointing_steps", "eval_steps", "logging_steps", "checkpoints_total_limit"):
             if getattr(self, name) < 1:
                 raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}.")
-        if not 0.0 <= self.glancing_ratio <= 1.0:
-            raise ValueError(f"`glancing_ratio` must be in [0, 1], got {self.glancing_ratio}.")
+        if not 0.0 <= self.glancing_ratio < 1.0:
+            raise ValueError(f"`glancing_ratio` must be in [0, 1), got {self.glancing_ratio}.")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ValueError(f"`label_smoothing` must be in [0, 1), got {self.label_smoothing}.")
         if self.push_to_hub and not self.hub_model_id:

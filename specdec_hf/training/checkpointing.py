@@ -33,6 +33,8 @@ def save_checkpoint_atomically(accelerator, output_dir: str | Path, step: int, s
         shutil.rmtree(temporary)
     accelerator.wait_for_everyone()
     accelerator.save_state(str(temporary))
+    # every rank writes its own files (RNG states, ...): all must be done before the directory is marked complete
+    accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         (temporary / _STATE_FILE).write_text(json.dumps(state, indent=2))
         if final.exists():

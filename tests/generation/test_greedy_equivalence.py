@@ -7,11 +7,13 @@ always wrong and right about half the time.
 from __future__ import annotations
 
 import math
+from copy import deepcopy
 
 import pytest
 import torch
 from conftest import VOCAB_SIZE, build_verifier, make_source_batch
 from oracle_drafters import OracleDrafter, RandomDrafter
+from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria, StoppingCriteriaList
 
 from specdec_hf import enable_speculative_decoding, speculative_generate
 
@@ -148,3 +150,53 @@ def test_beta_one_ignores_tau(tau):
         tau=tau,
     )
     assert torch.equal(output, reference)
+
+
+def test_user_stopping_criteria_are_honoured():
+    """A user's EosTokenCriteria / MaxLengthCriteria replace generate()'s defaults; the loop must follow them."""
+    model = build_verifier("bart")
+    inputs = make_source_batch(4, seed=1, pad_token_id=1)
+    stop_token = _eos_that_splits_rows(model, inputs, max_new_tokens=20)
+    criteria = StoppingCriteriaList([EosTokenCriteria(eos_token_id=[2, stop_token]), MaxLengthCriteria(12)])
+    reference = model.generate(**inputs, **GREEDY, max_new_tokens=20, stopping_criteria=criteria)
+    assert reference.shape[1] <= 12
+    drafter = OracleDrafter(reference, VOCAB_SIZE, 4, "half")
+    output = model.generate(
+        **inputs,
+        **GREEDY,
+        max_new_tokens=20,
+        stopping_criteria=criteria,
+        custom_generate=speculative_generate,
+        drafter=drafter,
+    )
+    assert torch.equal(output, reference)
+
+
+def test_scores_match_greedy_for_every_row_of_a_ragged_batch():
+    model = build_verifier("bart")
+    inputs = make_source_batch(4, seed=1, pad_token_id=1)
+    model.generation_config.eos_token_id = _eos_that_splits_rows(model, inputs, max_new_tokens=16)
+    options = dict(max_new_tokens=16, output_scores=True, output_logits=True, return_dict_in_generate=True)
+    reference = model.generate(**inputs, **GREEDY, **options)
+    drafter = OracleDrafter(reference.sequences, VOCAB_SIZE, 4, "half")
+    output = model.generate(**inputs, **GREEDY, **options, custom_generate=speculative_generate, drafter=drafter)
+    assert torch.equal(output.sequences, reference.sequences)
+    pad = model.generation_config.pad_token_id
+    for step, (ours, theirs) in enumerate(zip(output.scores, reference.scores, strict=True)):
+        # a row's scores are defined up to its EOS; after it, generate() scores the padding it appends
+        emitted = output.sequences[:, step + 1] != pad
+        torch.testing.assert_close(ours[emitted], theirs[emitted], rtol=1e-4, atol=1e-4)
+    for step, (ours, theirs) in enumerate(zip(output.logits, reference.logits, strict=True)):
+        emitted = output.sequences[:, step + 1] != pad
+        torch.testing.assert_close(ours[emitted], theirs[emitted], rtol=1e-4, atol=1e-4)
+
+
+def test_enabled_model_survives_deepcopy():
+    model = enable_speculative_decoding(build_verifier("bart"))
+    copy = deepcopy(model)
+    inputs = make_source_batch(1, pad_token_id=1)
+    reference = copy.generate(**inputs, **GREEDY, max_new_tokens=10)
+    drafter = OracleDrafter(reference, VOCAB_SIZE, 4, "half")
+    copy.generate(**inputs, drafter=drafter, max_new_tokens=10)
+    assert drafter.calls > 0
+    assert copy.generate.__self__ is copy

@@ -52,3 +52,43 @@ def test_briefly_trained_drafter_accepts_more_than_one_token_per_iteration():
     )
     assert trained.speculative_stats.tokens_per_iteration > 1.5
     assert trained.speculative_stats.tokens_per_iteration > baseline.speculative_stats.tokens_per_iteration
+
+
+def test_num_return_sequences_with_a_drafter_that_reads_the_source():
+    model = build_verifier("marian")
+    torch.manual_seed(1)
+    drafter = SpecDrafterModel.from_verifier(model, block_size=3, decoder_layers=1).eval()
+    inputs = make_source_batch(2, pad_token_id=model.config.pad_token_id)
+    torch.manual_seed(0)
+    output = model.generate(
+        **inputs,
+        do_sample=True,
+        num_return_sequences=3,
+        max_new_tokens=8,
+        custom_generate=speculative_generate,
+        drafter=drafter,
+        return_dict_in_generate=True,
+    )
+    assert output.sequences.shape[0] == 6
+    assert sum(output.speculative_stats.iterations) > 0
+
+
+def test_drafter_with_user_encoder_outputs():
+    """generate(encoder_outputs=...) leaves no source ids; a drafter reading the verifier's encoder still works."""
+    model = build_verifier("bart")
+    torch.manual_seed(1)
+    drafter = SpecDrafterModel.from_verifier(model, block_size=3, decoder_layers=1, use_verifier_encoder=True).eval()
+    inputs = make_source_batch(2, pad_token_id=1)
+    encoder_outputs = model.get_encoder()(**inputs)
+    reference = model.generate(
+        encoder_outputs=encoder_outputs, attention_mask=inputs["attention_mask"], do_sample=False, max_new_tokens=8
+    )
+    output = model.generate(
+        encoder_outputs=encoder_outputs,
+        attention_mask=inputs["attention_mask"],
+        do_sample=False,
+        max_new_tokens=8,
+        custom_generate=speculative_generate,
+        drafter=drafter,
+    )
+    assert torch.equal(output, reference)
