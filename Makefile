@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 PY := $(VENV)/bin/python
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: setup demo test quality style benchmark
+.PHONY: setup demo demo-en-de test quality style benchmark
 
 setup: $(VENV)/.installed
 
@@ -20,6 +20,10 @@ $(VENV)/.installed: pyproject.toml
 
 demo: setup
 	$(PY) examples/tiny_speculative_generation.py
+
+# the offline en->de pair shipped in models/demo-en-de, against greedy, beam and HF assisted generation
+demo-en-de: setup
+	$(PY) evaluate.py --config configs/eval/demo_en_de.yaml
 
 test: setup
 	$(PY) -m pytest -q

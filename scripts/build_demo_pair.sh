@@ -10,22 +10,22 @@ PY=${PY:-.venv/bin/python}
 [ -f data/debian_en_de/train.jsonl ] ||
   $PY -m specdec_hf.data.debian_corpus --task translation --output_dir data/debian_en_de
 
-# 2. the verifier: a small Marian en->de model trained from scratch (stops at max_hours; --resume continues)
+# 2. the verifier: a small Marian en->de model trained from scratch to max_steps (--resume continues)
 resume=""; [ -d runs/demo_verifier/checkpoint-last ] && resume="--resume"
 $PY scripts/train_demo_verifier.py --config configs/demo/verifier_en_de.yaml --num_threads 2 $resume
 
 # 3. the verifier's own outputs on the training sources: the drafter's and the assistant's targets
-$PY -m specdec_hf.distillation --config configs/data/debian_en_de.yaml --verifier runs/demo_verifier/best \
-  --split train --max_samples "${DISTIL_SAMPLES:-40000}" --batch_size 64 --max_new_tokens 96 \
+$PY -m specdec_hf.distillation --config configs/data/debian_en_de.yaml --verifier runs/demo_verifier/checkpoint-last \
+  --split train --max_samples "${DISTIL_SAMPLES:-30000}" --batch_size 64 --max_new_tokens 96 \
   --output_dir data/distilled/debian_en_de/train
 
 # 4. the Spec-Drafter and, as the peer baseline, a small autoregressive assistant (same budget, one core each)
-$PY train_drafter.py --config configs/train/debian_en_de.yaml --verifier_name_or_path runs/demo_verifier/best \
+$PY train_drafter.py --config configs/train/debian_en_de.yaml --verifier_name_or_path runs/demo_verifier/checkpoint-last \
   --num_threads 1 &
 $PY scripts/train_demo_verifier.py --config configs/demo/assistant_en_de.yaml \
-  --tokenizer_name_or_path runs/demo_verifier/best &
+  --tokenizer_name_or_path runs/demo_verifier/checkpoint-last --num_threads 1 &
 wait
 
 # 5. ship: half-precision safetensors, tokenizers, model cards, the held-out slice and its licence notice
-$PY scripts/export_demo_pair.py --verifier runs/demo_verifier/best --drafter runs/drafter_debian_en_de \
-  --assistant runs/demo_assistant/best --output_dir models/demo-en-de
+$PY scripts/export_demo_pair.py --verifier runs/demo_verifier/checkpoint-last --drafter runs/drafter_debian_en_de \
+  --assistant runs/demo_assistant/checkpoint-last --output_dir models/demo-en-de

@@ -1,0 +1,43 @@
+"""The shipped offline demo pair (models/demo-en-de) loads like Hub checkpoints and keeps greedy output at β=1."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer
+
+from specdec_hf import SpecDrafterModel, enable_speculative_decoding
+
+DEMO = Path(__file__).resolve().parents[1] / "models" / "demo-en-de"
+
+
+@pytest.fixture(scope="module")
+def pair():
+    verifier = AutoModelForSeq2SeqLM.from_pretrained(DEMO / "verifier", dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(DEMO / "verifier")
+    drafter = AutoModel.from_pretrained(DEMO / "drafter", dtype=torch.float32).eval()
+    return verifier, tokenizer, drafter
+
+
+def test_shipped_files_are_safetensors_with_model_cards():
+    for name in ("verifier", "drafter"):
+        assert (DEMO / name / "model.safetensors").is_file()
+        assert (DEMO / name / "README.md").is_file()
+        assert not list((DEMO / name).glob("*.bin"))
+    assert (DEMO / "NOTICE.md").is_file()
+
+
+def test_beta_one_is_identical_to_greedy_on_held_out_sentences(pair):
+    verifier, tokenizer, drafter = pair
+    assert isinstance(drafter, SpecDrafterModel) and drafter.vocab_size == verifier.config.vocab_size
+    lines = (DEMO / "heldout_test.jsonl").read_text(encoding="utf-8").splitlines()[:6]
+    sources = [json.loads(line)["translation"]["en"] for line in lines]
+    inputs = tokenizer(sources, return_tensors="pt", padding=True)
+    greedy = verifier.generate(**inputs, do_sample=False, num_beams=1, max_new_tokens=64)
+    enable_speculative_decoding(verifier)
+    output = verifier.generate(**inputs, drafter=drafter, max_new_tokens=64, return_dict_in_generate=True)
+    assert torch.equal(output.sequences, greedy)
+    assert all(text.strip() for text in tokenizer.batch_decode(greedy, skip_special_tokens=True))
