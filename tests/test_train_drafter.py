@@ -110,25 +110,31 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_accelerate_launch_two_cpu_processes(workspace):
+def test_two_cpu_processes_with_gloo(workspace):
+    """Data parallelism on CPU: two real ranks (gloo). `accelerate launch` needs MPI for several CPU processes
+    (`--mpirun_hostfile`), which this machine lacks, so the ranks are started with torchrun, the launcher
+    `accelerate launch` itself uses for several GPUs; ACCELERATE_USE_CPU makes Accelerate pick gloo."""
     config = write_config(workspace, "two_processes", max_steps=2, checkpointing_steps=2)
     command = [
         sys.executable,
         "-m",
-        "accelerate.commands.launch",
-        "--config_file",
-        str(ROOT / "configs" / "accelerate" / "multi_cpu.yaml"),
-        "--main_process_port",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
         str(_free_port()),
         str(ROOT / "train_drafter.py"),
         "--config",
         str(config),
     ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "ACCELERATE_USE_CPU": "1"}
     result = subprocess.run(command, cwd=workspace, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert (workspace / "two_processes" / "model.safetensors").is_file()
-    assert (workspace / "two_processes" / "checkpoint-2").is_dir()
+    checkpoint = workspace / "two_processes" / "checkpoint-2"
+    # both ranks' RNG states made it into the checkpoint before it was marked complete
+    assert (checkpoint / "random_states_0.pkl").is_file() and (checkpoint / "random_states_1.pkl").is_file()
+    assert (checkpoint / "training_state.json").is_file()
 
 
 @pytest.mark.parametrize("config", sorted((ROOT / "configs" / "train").glob("*.yaml")), ids=lambda p: p.stem)
