@@ -40,6 +40,7 @@ from specdec_hf.training import (
     read_training_state,
     sample_block_examples,
     save_checkpoint_atomically,
+    verifier_encoder_states,
     write_model_card,
 )
 
@@ -170,12 +171,9 @@ def training_function(args: DrafterTrainingArguments) -> dict:
                 blocks = sample_block_examples(
                     batch["target_ids"].cpu(), batch["target_lengths"].cpu(), block_size, pad, generator
                 )
-                encoder_states = None
-                if accelerator.unwrap_model(drafter).config.use_verifier_encoder:
-                    with torch.no_grad():
-                        encoder_states = verifier.get_encoder()(
-                            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
-                        )[0]
+                encoder_states = verifier_encoder_states(
+                    verifier, accelerator.unwrap_model(drafter), batch["input_ids"], batch["attention_mask"]
+                )
                 drafter_inputs = dict(
                     input_ids=batch["input_ids"],
                     attention_mask=batch["attention_mask"],

@@ -47,6 +47,7 @@ from tqdm.auto import tqdm
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, HfArgumentParser
 
 from .data.loading import DataArguments, load_text_pairs
+from .data.padding import pad_token_ids
 from .data.tokenization import check_tokenizer_matches, default_source_prefix, tokenize_pairs
 
 logger = logging.getLogger(__name__)
@@ -112,11 +113,19 @@ def trim_at_eos(sequences: torch.LongTensor, eos_token_id: int | list[int] | Non
         `list[list[int]]`: per row, the ids up to and including the first EOS; the whole row when it has none (it
         reached the length limit, so it carries no padding).
     """
+    lengths = lengths_up_to_eos(sequences, eos_token_id)
+    return [row[:length].tolist() for row, length in zip(sequences.cpu(), lengths.tolist(), strict=True)]
+
+
+def lengths_up_to_eos(sequences: torch.LongTensor, eos_token_id: int | list[int] | None) -> torch.LongTensor:
+    """Per row of a `generate` output, the number of ids up to and including the first EOS (all when none).
+
+    Position 0, the decoder start token, is never taken for EOS (BART and mBART start decoding from EOS).
+    """
     eos_ids = [] if eos_token_id is None else [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
     is_eos = torch.isin(sequences, torch.tensor(eos_ids, dtype=sequences.dtype, device=sequences.device))
-    is_eos[:, 0] = False  # BART and mBART start decoding from EOS
-    lengths = torch.where(is_eos.any(dim=1), is_eos.int().argmax(dim=1) + 1, sequences.shape[1])
-    return [row[:length].tolist() for row, length in zip(sequences.cpu(), lengths.tolist(), strict=True)]
+    is_eos[:, 0] = False
+    return torch.where(is_eos.any(dim=1), is_eos.int().argmax(dim=1) + 1, sequences.shape[1])
 
 
 def distill(
@@ -277,12 +286,7 @@ def _decode_shard(
     target_ids: list[list[int] | None] = [None] * len(input_ids)
     for start in range(0, len(order), batch_size):
         rows = order[start : start + batch_size]
-        width = max(len(input_ids[i]) for i in rows)
-        batch_ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for position, i in enumerate(rows):
-            batch_ids[position, : len(input_ids[i])] = torch.tensor(input_ids[i])
-            attention_mask[position, : len(input_ids[i])] = 1
+        batch_ids, attention_mask = pad_token_ids([input_ids[i] for i in rows], pad_token_id)
         sequences = verifier.generate(
             input_ids=batch_ids.to(verifier.device),
             attention_mask=attention_mask.to(verifier.device),

@@ -44,42 +44,56 @@ _BART_LIKE = dict(
 )
 
 
-def build_verifier(family: str, seed: int = 0, eos_token_id: int | None = None) -> torch.nn.Module:
+_FAMILIES = {
+    # family: (config class, model class, special token ids)
+    "bart": (
+        BartConfig,
+        BartForConditionalGeneration,
+        dict(pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2),
+    ),
+    "mbart": (
+        MBartConfig,
+        MBartForConditionalGeneration,
+        dict(pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2),
+    ),
+    "marian": (MarianConfig, MarianMTModel, dict(pad_token_id=1, eos_token_id=2, decoder_start_token_id=1)),
+    "pegasus": (
+        PegasusConfig,
+        PegasusForConditionalGeneration,
+        dict(pad_token_id=0, eos_token_id=1, decoder_start_token_id=0),
+    ),
+}
+_T5 = dict(
+    vocab_size=VOCAB_SIZE,
+    d_model=32,
+    d_kv=8,
+    d_ff=64,
+    num_layers=2,
+    num_heads=4,
+    relative_attention_num_buckets=8,
+    dropout_rate=0.0,
+    initializer_factor=4.0,
+    pad_token_id=0,
+    eos_token_id=1,
+    decoder_start_token_id=0,
+)
+
+
+def build_verifier(family: str, seed: int = 0, eos_token_id: int | None = None, **config_overrides):
     """A tiny random encoder-decoder of `family`, in eval mode.
 
-    `eos_token_id` replaces the family's EOS so that tests can make rows stop at different lengths (a random model
-    rarely emits its real EOS).
+    `eos_token_id` replaces the family's EOS in the generation config so that tests can make rows stop at different
+    lengths (a random model rarely emits its real EOS); `config_overrides` change the config itself (e.g.
+    `vocab_size` and special ids matching a test tokenizer).
     """
     torch.manual_seed(seed)
-    if family == "bart":
-        config = BartConfig(**_BART_LIKE, pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)
-        model = BartForConditionalGeneration(config)
-    elif family == "mbart":
-        config = MBartConfig(**_BART_LIKE, pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)
-        model = MBartForConditionalGeneration(config)
-        model.generation_config.forced_bos_token_id = 5  # the target-language code, as mBART-50 does
-    elif family == "marian":
-        config = MarianConfig(**_BART_LIKE, pad_token_id=1, eos_token_id=2, decoder_start_token_id=1)
-        model = MarianMTModel(config)
-    elif family == "pegasus":
-        config = PegasusConfig(**_BART_LIKE, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0)
-        model = PegasusForConditionalGeneration(config)
-    elif family == "t5":
-        config = T5Config(
-            vocab_size=VOCAB_SIZE,
-            d_model=32,
-            d_kv=8,
-            d_ff=64,
-            num_layers=2,
-            num_heads=4,
-            relative_attention_num_buckets=8,
-            dropout_rate=0.0,
-            initializer_factor=4.0,
-            pad_token_id=0,
-            eos_token_id=1,
-            decoder_start_token_id=0,
-        )
-        model = T5ForConditionalGeneration(config)
+    if family == "t5":
+        model = T5ForConditionalGeneration(T5Config(**{**_T5, **config_overrides}))
+    elif family in _FAMILIES:
+        config_class, model_class, special_ids = _FAMILIES[family]
+        model = model_class(config_class(**{**_BART_LIKE, **special_ids, **config_overrides}))
+        if family == "mbart":
+            model.generation_config.forced_bos_token_id = 5  # the target-language code, as mBART-50 does
     else:
         raise ValueError(f"unknown family {family!r}")
     if eos_token_id is not None:

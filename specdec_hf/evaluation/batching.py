@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..data.padding import pad_token_ids
+
 __all__ = ["Batch", "encode_sources", "make_batches", "restore_order", "trim_generated"]
 
 
@@ -63,13 +65,7 @@ def make_batches(
     batches = []
     for start in range(0, len(order), batch_size):
         rows = order[start : start + batch_size]
-        width = max(len(encoded[row]) for row in rows)
-        input_ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, row in enumerate(rows):
-            ids = encoded[row]
-            input_ids[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-            attention_mask[i, : len(ids)] = 1
+        input_ids, attention_mask = pad_token_ids([encoded[row] for row in rows], pad_token_id)
         batches.append(Batch(rows=rows, input_ids=input_ids.to(device), attention_mask=attention_mask.to(device)))
     return batches
 

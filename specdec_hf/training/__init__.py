@@ -5,6 +5,7 @@ from .block_examples import BlockExamples, sample_block_examples
 from .checkpointing import find_latest_checkpoint, read_training_state, save_checkpoint_atomically
 from .collator import DistilledBatchCollator
 from .drafter_evaluation import evaluate_drafter
+from .encoder_states import verifier_encoder_states
 from .glancing import glancing_targets
 from .in_memory import distill_greedy_outputs, fit_drafter_in_memory
 from .model_card import write_model_card
@@ -22,5 +23,6 @@ __all__ = [
     "read_training_state",
     "sample_block_examples",
     "save_checkpoint_atomically",
+    "verifier_encoder_states",
     "write_model_card",
 ]

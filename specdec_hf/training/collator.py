@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..data.padding import pad_token_ids
+
 __all__ = ["DistilledBatchCollator"]
 
 
@@ -20,14 +22,9 @@ class DistilledBatchCollator:
     pad_token_id: int
 
     def __call__(self, examples: list[dict]) -> dict[str, torch.Tensor]:
-        sources = [torch.as_tensor(example["input_ids"], dtype=torch.long) for example in examples]
-        targets = [torch.as_tensor(example["target_ids"], dtype=torch.long) for example in examples]
-        input_ids = torch.nn.utils.rnn.pad_sequence(sources, batch_first=True, padding_value=self.pad_token_id)
-        attention_mask = torch.nn.utils.rnn.pad_sequence(
-            [torch.ones_like(source) for source in sources], batch_first=True, padding_value=0
-        )
-        target_ids = torch.nn.utils.rnn.pad_sequence(targets, batch_first=True, padding_value=self.pad_token_id)
-        target_lengths = torch.tensor([len(target) for target in targets], dtype=torch.long)
+        input_ids, attention_mask = pad_token_ids([example["input_ids"] for example in examples], self.pad_token_id)
+        target_ids, target_mask = pad_token_ids([example["target_ids"] for example in examples], self.pad_token_id)
+        target_lengths = target_mask.sum(dim=1)
         return {
             "input_ids": input_ids,
             "attention_mask": attention_mask,

@@ -7,6 +7,7 @@ import torch
 from ..generation import speculative_generate
 from .block_examples import sample_block_examples
 from .collator import DistilledBatchCollator
+from .encoder_states import verifier_encoder_states
 
 __all__ = ["evaluate_drafter"]
 
@@ -66,7 +67,9 @@ def evaluate_drafter(
             attention_mask=batch["attention_mask"],
             decoder_input_ids=blocks.decoder_input_ids.to(device),
             decoder_attention_mask=blocks.decoder_attention_mask.to(device),
-            encoder_hidden_states=_verifier_states(verifier, drafter, batch),
+            encoder_hidden_states=verifier_encoder_states(
+                verifier, drafter, batch["input_ids"], batch["attention_mask"]
+            ),
         ).logits
         valid = blocks.labels != -100
         correct += ((logits.argmax(-1).cpu() == blocks.labels) & valid).sum(0).float()
@@ -77,10 +80,3 @@ def evaluate_drafter(
         "accuracy_by_position": by_position,
         "accuracy": float(correct.sum() / counted.sum().clamp(min=1)),
     }
-
-
-def _verifier_states(verifier, drafter, batch: dict) -> torch.Tensor | None:
-    """The verifier's encoder output, for a drafter that reads it instead of running its own encoder."""
-    if not drafter.config.use_verifier_encoder:
-        return None
-    return verifier.get_encoder()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])[0]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from ..distillation import lengths_up_to_eos
 from .block_examples import sample_block_examples
 
 __all__ = ["distill_greedy_outputs", "fit_drafter_in_memory"]
@@ -23,13 +24,7 @@ def distill_greedy_outputs(verifier, input_ids: torch.LongTensor, attention_mask
     targets = verifier.generate(
         input_ids=input_ids, attention_mask=attention_mask, do_sample=False, num_beams=1, **generate_kwargs
     )
-    eos = verifier.generation_config.eos_token_id
-    eos_ids = torch.tensor(eos if isinstance(eos, list) else [eos] if eos is not None else [], dtype=torch.long)
-    is_eos = torch.isin(targets, eos_ids)
-    is_eos[:, 0] = False  # BART-style models start decoding from EOS
-    has_eos = is_eos.any(dim=1)
-    lengths = torch.where(has_eos, is_eos.float().argmax(dim=1) + 1, targets.shape[1])
-    return targets, lengths
+    return targets, lengths_up_to_eos(targets, verifier.generation_config.eos_token_id)
 
 
 def fit_drafter_in_memory(

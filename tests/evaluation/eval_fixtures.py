@@ -11,9 +11,9 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
+from conftest import build_verifier
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
-from transformers import MarianConfig, MarianMTModel, PreTrainedTokenizerFast
+from transformers import MarianMTModel, PreTrainedTokenizerFast
 
 from specdec_hf import SpecDrafterModel
 
@@ -40,27 +40,10 @@ def build_tokenizer(rows: int = FIXTURE_ROWS) -> PreTrainedTokenizerFast:
 
 
 def build_marian(vocab_size: int, seed: int) -> MarianMTModel:
-    """A tiny random Marian model; the large init std keeps greedy scores free of near-ties (see tests/conftest.py)."""
-    torch.manual_seed(seed)
-    config = MarianConfig(
-        vocab_size=vocab_size,
-        d_model=32,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-        max_position_embeddings=64,
-        init_std=0.2,
-        dropout=0.0,
-        attention_dropout=0.0,
-        pad_token_id=0,
-        eos_token_id=1,
-        decoder_start_token_id=0,
-        forced_eos_token_id=None,
+    """The shared tiny Marian verifier (tests/conftest.py) at this tokenizer's vocabulary and special ids."""
+    return build_verifier(
+        "marian", seed, vocab_size=vocab_size, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0
     )
-    return MarianMTModel(config).eval()
 
 
 @pytest.fixture(scope="session")
