@@ -33,6 +33,7 @@ from specdec_hf.distillation import load_distilled_dataset
 from specdec_hf.training import (
     DistilledBatchCollator,
     DrafterTrainingArguments,
+    LengthGroupedSampler,
     evaluate_drafter,
     find_latest_checkpoint,
     glancing_targets,
@@ -61,12 +62,17 @@ def get_dataloaders(args: DrafterTrainingArguments, pad_token_id: int) -> tuple[
             )
         held_out = train.select(range(len(train) - args.eval_samples, len(train)))
         train = train.select(range(len(train) - args.eval_samples))
+    order = {"shuffle": True, "generator": torch.Generator().manual_seed(args.seed)}
+    if args.group_by_length:
+        lengths = [
+            len(source) + len(target) for source, target in zip(train["input_ids"], train["target_ids"], strict=True)
+        ]
+        order = {"sampler": LengthGroupedSampler(lengths, args.per_device_train_batch_size, args.seed)}
     loader = DataLoader(
         train,
         batch_size=args.per_device_train_batch_size,
-        shuffle=True,
         collate_fn=DistilledBatchCollator(pad_token_id=pad_token_id),
-        generator=torch.Generator().manual_seed(args.seed),
+        **order,
     )
     return loader, [dict(row) for row in held_out]
 

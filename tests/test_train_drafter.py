@@ -78,17 +78,20 @@ def test_cli_with_yaml_config_saves_a_loadable_drafter(workspace):
     assert "Spec-Drafter" in (output / "README.md").read_text()
 
 
-def test_resumed_run_equals_uninterrupted_run(workspace):
-    # dropout and gradient accumulation make the run depend on restored RNG states and the accumulation phase
+@pytest.mark.parametrize("group_by_length", [False, True])
+def test_resumed_run_equals_uninterrupted_run(workspace, group_by_length):
+    # dropout and gradient accumulation make the run depend on restored RNG states and the accumulation phase; the
+    # 12 micro-steps span three epochs of 5 batches, so the resumed run also re-enters the epochs' orders
     randomness = dict(drafter_config={"decoder_layers": 1, "prefix_attention": "causal", "dropout": 0.1})
-    randomness["gradient_accumulation_steps"] = 2
-    train_drafter.main(["--config", str(write_config(workspace, "straight", **randomness))])
-    interrupted = write_config(workspace, "resumed", max_steps=3, **randomness)
+    randomness.update(gradient_accumulation_steps=2, group_by_length=group_by_length)
+    suffix = "_grouped" if group_by_length else ""
+    train_drafter.main(["--config", str(write_config(workspace, f"straight{suffix}", **randomness))])
+    interrupted = write_config(workspace, f"resumed{suffix}", max_steps=3, **randomness)
     train_drafter.main(["--config", str(interrupted)])
-    assert (workspace / "resumed" / "checkpoint-3").is_dir()
+    assert (workspace / f"resumed{suffix}" / "checkpoint-3").is_dir()
     train_drafter.main(["--config", str(interrupted), "--max_steps", "6", "--resume_from_checkpoint", "latest"])
-    straight = load_file(workspace / "straight" / "model.safetensors")
-    resumed = load_file(workspace / "resumed" / "model.safetensors")
+    straight = load_file(workspace / f"straight{suffix}" / "model.safetensors")
+    resumed = load_file(workspace / f"resumed{suffix}" / "model.safetensors")
     assert straight.keys() == resumed.keys()
     for name in straight:
         torch.testing.assert_close(resumed[name], straight[name], rtol=0, atol=0, msg=name)

@@ -8,12 +8,14 @@ from .drafter_evaluation import evaluate_drafter
 from .encoder_states import verifier_encoder_states
 from .glancing import glancing_targets
 from .in_memory import distill_greedy_outputs, fit_drafter_in_memory
+from .length_grouping import LengthGroupedSampler
 from .model_card import write_model_card
 
 __all__ = [
     "BlockExamples",
     "DistilledBatchCollator",
     "DrafterTrainingArguments",
+    "LengthGroupedSampler",
     "distill_greedy_outputs",
     "evaluate_drafter",
     "find_latest_checkpoint",

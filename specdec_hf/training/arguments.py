@@ -41,6 +41,10 @@ class DrafterTrainingArguments:
 
     # --- optimisation ---
     per_device_train_batch_size: int = field(default=32, metadata={"help": "Examples per device and micro-step."})
+    group_by_length: bool = field(
+        default=False,
+        metadata={"help": "Batch examples of similar length together (less padding, faster steps on varied data)."},
+    )
     gradient_accumulation_steps: int = field(default=1, metadata={"help": "Micro-steps per optimizer step."})
     learning_rate: float = field(default=5e-4, metadata={"help": "Peak learning rate (Adam)."})
     adam_beta1: float = field(default=0.9, metadata={"help": "Adam beta1."})
