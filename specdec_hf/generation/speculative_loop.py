@@ -38,6 +38,7 @@ from transformers.modeling_outputs import BaseModelOutput
 from ..acceptance import accept_drafts, count_accepted
 from ..drafting import Drafter
 from ..speculative_sampling import draft_distribution, sample_drafts, speculative_sampling_step
+from .processor_gating import processors_acting_on
 from .stats import SpeculativeDecodingStats
 
 __all__ = ["LoopResult", "SpeculativeLoopConfig", "run_speculative_loop"]
@@ -172,13 +173,14 @@ def run_speculative_loop(
         # drafts a row may still accept so that its bonus token stays within max_length
         budgets = (config.max_length - 1 - lengths_t).clamp(max=k)
 
-        # 3. Select the accepted tokens
-        if len(logits_processor) == 0 and not config.do_sample:
+        # 3. Select the accepted tokens (position by position only where a processor can change the scores)
+        acting = processors_acting_on(logits_processor, min(row_lengths), longest + k)
+        if len(acting) == 0 and not config.do_sample:
             scores = logits
             new_tokens, num_accepted = _accept_without_processors(scores, drafts, budgets, config)
         else:
             scores, new_tokens, num_accepted = _select_per_position(
-                logits, drafts, proposal_q, budgets, committed, lengths_t, logits_processor, config
+                logits, drafts, proposal_q, budgets, committed, lengths_t, acting, config
             )
         num_new = num_accepted + 1
 

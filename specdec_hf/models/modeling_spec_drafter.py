@@ -759,7 +759,9 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel, Drafter):
         if causal:
             # positions below the shortest prefix are committed in every row: keep them, the rest is scratch
             state = replace(state, prefix_key_values=cache, cache_length=min_length)
-        return DraftProposal(draft_ids=draft_logits.argmax(dim=-1), draft_logits=draft_logits, state=state)
+        # argmax in float32: the same ids, and several times faster on CPU than on half-precision logits
+        draft_ids = draft_logits.float().argmax(dim=-1)
+        return DraftProposal(draft_ids=draft_ids, draft_logits=draft_logits, state=state)
 
     def _reserve_prefix_cache(
         self, state: SpecDrafterState, needed: int
