@@ -14,18 +14,26 @@ PY=${PY:-.venv/bin/python}
 resume=""; [ -d runs/demo_verifier/checkpoint-last ] && resume="--resume"
 $PY scripts/train_demo_verifier.py --config configs/demo/verifier_en_de.yaml --num_threads 2 $resume
 
-# 3. the verifier's own outputs on the training sources: the drafter's and the assistant's targets
-$PY -m specdec_hf.distillation --config configs/data/debian_en_de.yaml --verifier runs/demo_verifier/checkpoint-last \
+# 3. the verifier's own outputs on the first 30k training sources (the best validation checkpoint is shipped)
+$PY -m specdec_hf.distillation --config configs/data/debian_en_de.yaml --verifier runs/demo_verifier/best \
   --split train --max_samples "${DISTIL_SAMPLES:-30000}" --batch_size 64 --max_new_tokens 96 \
   --output_dir data/distilled/debian_en_de/train
 
 # 4. the Spec-Drafter and, as the peer baseline, a small autoregressive assistant (same budget, one core each)
-$PY train_drafter.py --config configs/train/debian_en_de.yaml --verifier_name_or_path runs/demo_verifier/checkpoint-last \
+$PY train_drafter.py --config configs/train/debian_en_de.yaml --verifier_name_or_path runs/demo_verifier/best \
   --num_threads 1 &
 $PY scripts/train_demo_verifier.py --config configs/demo/assistant_en_de.yaml \
-  --tokenizer_name_or_path runs/demo_verifier/checkpoint-last --num_threads 1 &
+  --tokenizer_name_or_path runs/demo_verifier/best --num_threads 1 &
 wait
 
 # 5. ship: half-precision safetensors, tokenizers, model cards, the held-out slice and its licence notice
-$PY scripts/export_demo_pair.py --verifier runs/demo_verifier/checkpoint-last --drafter runs/drafter_debian_en_de \
+$PY scripts/export_demo_pair.py --verifier runs/demo_verifier/best --drafter runs/drafter_debian_en_de \
   --assistant runs/demo_assistant/checkpoint-last --output_dir models/demo-en-de
+
+# 6. second drafter stage: the verifier's outputs on all training sources, then continue the shipped drafter on
+#    them (length-grouped batches, both cores) and ship it in place of the first stage
+$PY -m specdec_hf.distillation --config configs/data/debian_en_de.yaml --verifier runs/demo_verifier/best \
+  --split train --batch_size 64 --max_new_tokens 96 --output_dir data/distilled/debian_en_de/train
+resume=""; ls -d runs/drafter_debian_en_de_stage2/checkpoint-* >/dev/null 2>&1 && resume="--resume_from_checkpoint latest"
+$PY train_drafter.py --config configs/train/debian_en_de_continue.yaml $resume
+$PY scripts/export_demo_pair.py --drafter runs/drafter_debian_en_de_stage2 --output_dir models/demo-en-de

@@ -2,6 +2,7 @@
 
     python scripts/export_demo_pair.py --verifier runs/demo_verifier/best --drafter runs/drafter_debian_en_de \
         --assistant runs/demo_assistant/best --output_dir models/demo-en-de --heldout data/debian_en_de/test.jsonl
+    python scripts/export_demo_pair.py --drafter runs/drafter_debian_en_de_stage2   # only a retrained drafter
 
 Writes `output_dir/{verifier,drafter,assistant}` (loadable with `AutoModelForSeq2SeqLM` / `AutoModel` /
 `AutoTokenizer`, like Hub checkpoints) and `output_dir/heldout_test.jsonl`, the evaluation slice, drawn from the
@@ -111,7 +112,9 @@ def export_heldout(corpus_test: Path, target: Path, rows: int, seed: int) -> Non
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--verifier", type=Path, required=True)
+    parser.add_argument(
+        "--verifier", type=Path, default=None, help="Omit to re-export only the drafter (and assistant)."
+    )
     parser.add_argument("--drafter", type=Path, required=True)
     parser.add_argument("--assistant", type=Path, default=None)
     parser.add_argument("--output_dir", type=Path, default=Path("models/demo-en-de"))
@@ -124,14 +127,16 @@ def main() -> None:
     dtype = DTYPES[args.dtype]
     out = args.output_dir
     out.mkdir(parents=True, exist_ok=True)
-    values = export_seq2seq(args.verifier, out / "verifier", dtype, VERIFIER_CARD, args.test_results)
+    if args.verifier is not None:
+        values = export_seq2seq(args.verifier, out / "verifier", dtype, VERIFIER_CARD, args.test_results)
+        export_heldout(args.heldout, out / "heldout_test.jsonl", args.heldout_rows, args.seed)
+        (out / "NOTICE.md").write_text(NOTICE)
+        print(f"verifier: {values['params']:.1f}M parameters")
     export_drafter(args.drafter, out / "drafter", dtype, str(out / "verifier"))
     if args.assistant is not None:
         export_seq2seq(args.assistant, out / "assistant", dtype, ASSISTANT_CARD)
-    export_heldout(args.heldout, out / "heldout_test.jsonl", args.heldout_rows, args.seed)
-    (out / "NOTICE.md").write_text(NOTICE)
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file()) / 2**20
-    print(f"exported to {out} ({size:.1f} MiB); verifier {values['params']:.1f}M parameters")
+    print(f"exported to {out} ({size:.1f} MiB in all)")
 
 
 if __name__ == "__main__":
