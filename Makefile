@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 PY := $(VENV)/bin/python
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: setup demo demo-en-de test quality style benchmark
+.PHONY: setup demo example test quality style benchmark
 
 setup: $(VENV)/.installed
 
@@ -18,12 +18,14 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet -e ".[dev]"
 	touch $@
 
+# the main job: the offline en->de pair shipped in models/demo-en-de on its held-out slice, side by side with greedy,
+# beam search and HF assisted generation (results in outputs/demo_en_de/)
 demo: setup
-	$(PY) examples/tiny_speculative_generation.py
-
-# the offline en->de pair shipped in models/demo-en-de, against greedy, beam and HF assisted generation
-demo-en-de: setup
 	$(PY) evaluate.py --config configs/eval/demo_en_de.yaml
+
+# a tiny random verifier and a drafter trained for seconds: the API in a few lines
+example: setup
+	$(PY) examples/tiny_speculative_generation.py
 
 test: setup
 	$(PY) -m pytest -q

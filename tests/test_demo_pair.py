@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -11,7 +12,8 @@ from transformers import AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer
 
 from specdec_hf import SpecDrafterModel, enable_speculative_decoding
 
-DEMO = Path(__file__).resolve().parents[1] / "models" / "demo-en-de"
+REPO = Path(__file__).resolve().parents[1]
+DEMO = REPO / "models" / "demo-en-de"
 
 
 @pytest.fixture(scope="module")
@@ -41,3 +43,23 @@ def test_beta_one_is_identical_to_greedy_on_held_out_sentences(pair):
     output = verifier.generate(**inputs, drafter=drafter, max_new_tokens=64, return_dict_in_generate=True)
     assert torch.equal(output.sequences, greedy)
     assert all(text.strip() for text in tokenizer.batch_decode(greedy, skip_special_tokens=True))
+
+
+def test_main_job_config_runs_every_strategy_on_a_few_held_out_rows(tmp_path, monkeypatch):
+    """`make demo`'s config, shortened (4 rows, no timing repeats, no sweep): every strategy, β=1 equal to greedy."""
+    monkeypatch.chdir(REPO)  # the config's paths are relative to the repository root
+    spec = importlib.util.spec_from_file_location("evaluate_script", REPO / "evaluate.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    argv = ["--config", "configs/eval/demo_en_de.yaml", "--output_dir", str(tmp_path), "--limit", "4"]
+    argv += ["--repeats", "1", "--sweep", "false", "--measure_memory", "false", "--disable_tqdm", "true"]
+    data = script.main(argv)
+    strategies = data["strategies"]
+    assert {"greedy", "beam", "assisted"} <= set(strategies)
+    speculative = [name for name in strategies if name.startswith("spec_")]
+    assert any("_b1_" in name for name in speculative) and any("_b1_" not in name for name in speculative)
+    for name in speculative:
+        assert strategies[name]["tokens_per_iteration"] >= 1.0
+        if "_b1_" in name:
+            assert strategies[name]["identical_to_greedy"] == 1.0
+    assert (tmp_path / "results.md").is_file()
