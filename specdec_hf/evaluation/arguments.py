@@ -61,6 +61,13 @@ class EvaluationArguments:
         default=True, metadata={"help": "Batch sources of similar length together (outputs keep the data order)."}
     )
     limit: int | None = field(default=None, metadata={"help": "Evaluate only the first N rows (quick runs)."})
+    limit_seed: int | None = field(
+        default=None,
+        metadata={
+            "help": "With `limit`: a random sample of N rows (drawn with this seed, kept in data order) instead of "
+            "the first N, for splits ordered by origin (the Debian validation split starts with 251 dictionary rows)."
+        },
+    )
 
     # --- measurement ---
     metrics: list[str] = field(
@@ -107,6 +114,8 @@ class EvaluationArguments:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"`{name}` must be >= 1 (or unset), got {value}.")
+        if self.limit_seed is not None and self.limit is None:
+            raise ValueError("`limit_seed` draws `limit` rows at random: set `limit` too, or drop `limit_seed`.")
         if any(size < 1 for size in self.sweep_batch_sizes):
             raise ValueError(f"`sweep_batch_sizes` must all be >= 1, got {self.sweep_batch_sizes}.")
         if self.sweep and not self.sweep_batch_sizes:
@@ -156,6 +165,6 @@ class EvaluationArguments:
 def parse_evaluation_arguments(argv: list[str] | None = None) -> tuple[EvaluationArguments, DataArguments]:
     """Parse `--config file.yaml` (values of both dataclasses) and command-line overrides."""
     evaluation_args, data_args = parse_yaml_and_cli([EvaluationArguments, DataArguments], argv)
-    if evaluation_args.limit is not None:
+    if evaluation_args.limit is not None and evaluation_args.limit_seed is None:
         data_args.max_samples = min(evaluation_args.limit, data_args.max_samples or evaluation_args.limit)
     return evaluation_args, data_args

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from eval_fixtures import FIXTURE
 
 from specdec_hf.evaluation import parse_evaluation_arguments, run_evaluation
 from specdec_hf.evaluation import runner as runner_module
@@ -108,3 +109,26 @@ def test_unknown_yaml_key(base_argv, tmp_path):
     config.write_text("num_beam: 4\n")
     with pytest.raises(ValueError, match=r"unknown keys \['num_beam'\]"):
         evaluate(["--config", str(config)] + base_argv)
+
+
+def test_limit_seed_needs_limit(base_argv):
+    without_limit = [item for index, item in enumerate(base_argv) if "--limit" not in base_argv[index - 1 : index + 1]]
+    with pytest.raises(ValueError, match="limit_seed"):
+        evaluate([*without_limit, "--limit_seed", "0"])
+
+
+def test_limit_seed_draws_rows_at_random_in_data_order(base_argv, monkeypatch):
+    drawn = {}
+
+    def record(pairs, description):
+        drawn["sources"], drawn["description"] = list(pairs["source"]), description
+        raise RuntimeError("stop after loading the data")
+
+    monkeypatch.setattr(runner_module, "check_pairs", record)
+    with pytest.raises(RuntimeError, match="stop after"):
+        evaluate([*base_argv, "--limit_seed", "3"])
+    all_sources = [json.loads(line)["translation"]["en"] for line in FIXTURE.read_text().splitlines()]
+    assert len(drawn["sources"]) == 8 and drawn["sources"] != all_sources[:8]
+    positions = [all_sources.index(source) for source in drawn["sources"]]
+    assert positions == sorted(positions)
+    assert "8 rows drawn at random (seed 3)" in drawn["description"]
