@@ -21,7 +21,9 @@ def test_every_task_has_a_config():
 def test_config_parses(path):
     evaluation_args, data_args = parse_evaluation_arguments(["--config", str(path), "--limit", "5"])
     assert evaluation_args.resolved_strategies[0].name == "greedy"
-    assert data_args.max_samples == 5
+    assert evaluation_args.limit == 5
+    # the first 5 rows are loaded, unless `limit_seed` draws 5 from the whole split
+    assert data_args.max_samples == (5 if evaluation_args.limit_seed is None else None)
     assert data_args.task in ("translation", "summarization")
 
 
