@@ -399,7 +399,8 @@ def _report(data: dict[str, Any], args: EvaluationArguments, output_dir: Path) -
         footer += f"\nBatch-size-1 strategies are compared with greedy at batch size 1: {reference['time_s']:.3f} s."
     quality = data["strategies"]["greedy"]["quality"]
     footer += f"\nsacrebleu: BLEU {quality['bleu_signature']} ; chrF {quality['chrf_signature']}"
-    footer += f"\nMemory: {data['memory']['method']}."
+    if args.measure_memory:
+        footer += f"\nMemory: {data['memory']['method']}."
     text = header + "\n" + markdown_tables(data["strategies"], args.metrics) + "\n" + footer + "\n"
     (output_dir / TABLE_FILE).write_text(text)
     write_json(data, output_dir / RESULTS_FILE)
