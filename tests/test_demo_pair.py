@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import torch
 from transformers import AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer
 
 from specdec_hf import SpecDrafterModel, enable_speculative_decoding
+from specdec_hf.evaluation import parse_evaluation_arguments, run_evaluation
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "models" / "demo-en-de"
@@ -48,18 +48,15 @@ def test_beta_one_is_identical_to_greedy_on_held_out_sentences(pair):
 def test_main_job_config_runs_every_strategy_on_a_few_held_out_rows(tmp_path, monkeypatch):
     """`make demo`'s config, shortened (4 rows, no timing repeats, no sweep): every strategy, β=1 equal to greedy."""
     monkeypatch.chdir(REPO)  # the config's paths are relative to the repository root
-    spec = importlib.util.spec_from_file_location("evaluate_script", REPO / "evaluate.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
     argv = ["--config", "configs/eval/demo_en_de.yaml", "--output_dir", str(tmp_path), "--limit", "4"]
     argv += ["--repeats", "1", "--sweep", "false", "--measure_memory", "false", "--disable_tqdm", "true"]
-    data = script.main(argv)
+    data = run_evaluation(*parse_evaluation_arguments(argv))
     strategies = data["strategies"]
     assert {"greedy", "beam", "assisted"} <= set(strategies)
     speculative = [name for name in strategies if name.startswith("spec_")]
     assert any("_b1_" in name for name in speculative) and any("_b1_" not in name for name in speculative)
     for name in speculative:
-        assert strategies[name]["tokens_per_iteration"] >= 1.0
+        assert strategies[name]["tokens_per_iteration"] > 1.0  # the trained drafter gets drafts accepted
         if "_b1_" in name:
             assert strategies[name]["identical_to_greedy"] == 1.0
     assert (tmp_path / "results.md").is_file()

@@ -191,10 +191,9 @@ def run_evaluation(args: EvaluationArguments, data_args: DataArguments) -> dict[
     output_dir = check_output_dir(args.output_dir)
     split = data_args.test_split
     pairs = load_text_pairs(data_args, split)
+    description = _describe_data(data_args, split)
     if args.limit_seed is not None and len(pairs) > args.limit:
         pairs = pairs.select(sorted(random.Random(args.limit_seed).sample(range(len(pairs)), args.limit)))
-    description = _describe_data(data_args, split)
-    if args.limit_seed is not None:
         description += f", {len(pairs)} rows drawn at random (seed {args.limit_seed})"
     check_pairs(pairs, description)
 

@@ -131,9 +131,9 @@ def run_speculative_loop(
 
     while active:
         row_lengths = [lengths[r] for r in active]
-        longest = max(row_lengths)
+        longest, shortest = max(row_lengths), min(row_lengths)
         # k is capped by the largest remaining length budget (the shortest row's) and the verifier's positions.
-        k = min(config.block_size, config.max_length - min(row_lengths) - 1)
+        k = min(config.block_size, config.max_length - shortest - 1)
         if position_limit is not None:
             k = min(k, position_limit - longest)
         k = max(k, 0)
@@ -174,7 +174,7 @@ def run_speculative_loop(
         budgets = (config.max_length - 1 - lengths_t).clamp(max=k)
 
         # 3. Select the accepted tokens (position by position only where a processor can change the scores)
-        acting = processors_acting_on(logits_processor, min(row_lengths), longest + k)
+        acting = processors_acting_on(logits_processor, shortest, longest + k)
         if len(acting) == 0 and not config.do_sample:
             scores = logits
             new_tokens, num_accepted = _accept_without_processors(scores, drafts, budgets, config)

@@ -112,7 +112,8 @@ def test_unknown_yaml_key(base_argv, tmp_path):
 
 
 def test_limit_seed_needs_limit(base_argv):
-    without_limit = [item for index, item in enumerate(base_argv) if "--limit" not in base_argv[index - 1 : index + 1]]
+    at = base_argv.index("--limit")
+    without_limit = base_argv[:at] + base_argv[at + 2 :]  # the option and its value
     with pytest.raises(ValueError, match="limit_seed"):
         evaluate([*without_limit, "--limit_seed", "0"])
 
