@@ -29,27 +29,30 @@ from tqdm.auto import tqdm
 from transformers import AutoModelForSeq2SeqLM, get_scheduler
 
 from specdec_hf import SpecDrafterModel
+from specdec_hf.config_parsing import parse_yaml_and_cli
 from specdec_hf.distillation import load_distilled_dataset
 from specdec_hf.training import (
     DistilledBatchCollator,
     DrafterTrainingArguments,
     LengthGroupedSampler,
+    drafter_training_loss,
     evaluate_drafter,
     find_latest_checkpoint,
-    glancing_targets,
-    parse_yaml_and_cli,
+    frequent_token_ids,
     read_training_state,
-    sample_block_examples,
     save_checkpoint_atomically,
-    verifier_encoder_states,
+    token_coverage,
     write_model_card,
 )
 
 logger = get_logger(__name__)
 
 
-def get_dataloaders(args: DrafterTrainingArguments, pad_token_id: int) -> tuple[DataLoader, list[dict]]:
-    """The training DataLoader (shuffled with `args.seed`) and the held-out examples of the periodic evaluation."""
+def get_dataloaders(
+    args: DrafterTrainingArguments, pad_token_id: int
+) -> tuple[DataLoader, list[dict], datasets.Dataset]:
+    """The training DataLoader (shuffled with `args.seed`), the held-out examples of the periodic evaluation, and the
+    training rows themselves."""
     train = load_distilled_dataset(args.train_data).select_columns(["input_ids", "target_ids"])
     if args.eval_data:
         held_out = load_distilled_dataset(args.eval_data).select_columns(["input_ids", "target_ids"])
@@ -67,19 +70,30 @@ def get_dataloaders(args: DrafterTrainingArguments, pad_token_id: int) -> tuple[
         lengths = [
             len(source) + len(target) for source, target in zip(train["input_ids"], train["target_ids"], strict=True)
         ]
-        order = {"sampler": LengthGroupedSampler(lengths, args.per_device_train_batch_size, args.seed)}
+        # the generator keeps DataLoader from drawing its worker seed from the global RNG (which drives dropout)
+        # whenever an iterator starts, so that a resumed run's dropout masks are those of the uninterrupted run
+        order = {
+            "sampler": LengthGroupedSampler(lengths, args.per_device_train_batch_size, args.seed),
+            "generator": torch.Generator().manual_seed(args.seed),
+        }
     loader = DataLoader(
         train,
         batch_size=args.per_device_train_batch_size,
         collate_fn=DistilledBatchCollator(pad_token_id=pad_token_id),
         **order,
     )
-    return loader, [dict(row) for row in held_out]
+    return loader, [dict(row) for row in held_out], train
 
 
-def build_drafter(args: DrafterTrainingArguments, verifier) -> SpecDrafterModel:
-    """Continue from `drafter_name_or_path`, or build one from the verifier (its embeddings and encoder copied)."""
+def build_drafter(args: DrafterTrainingArguments, verifier, train: datasets.Dataset) -> SpecDrafterModel:
+    """Continue from `drafter_name_or_path`, or build one from the verifier (its embeddings and encoder copied;
+    with `draft_vocab_size`, a head over the most frequent target tokens of `train`)."""
     if args.drafter_name_or_path:
+        if args.draft_vocab_size is not None:
+            raise ValueError(
+                "`draft_vocab_size` chooses the head of a new drafter; a continued drafter keeps its own. Drop one of "
+                "`draft_vocab_size` and `drafter_name_or_path`."
+            )
         drafter = SpecDrafterModel.from_pretrained(args.drafter_name_or_path, dtype=torch.float32)
         if args.drafter_config or args.block_size != drafter.block_size:
             raise ValueError(
@@ -92,7 +106,15 @@ def build_drafter(args: DrafterTrainingArguments, verifier) -> SpecDrafterModel:
                 "continue from a drafter of this verifier, or drop drafter_name_or_path to build a new one."
             )
         return drafter
-    drafter = SpecDrafterModel.from_verifier(verifier, block_size=args.block_size, **args.drafter_config)
+    draft_vocab_ids = None
+    if args.draft_vocab_size is not None:
+        vocab_size = verifier.config.vocab_size
+        draft_vocab_ids = frequent_token_ids(train["target_ids"], vocab_size, args.draft_vocab_size)
+        coverage = token_coverage(train["target_ids"], draft_vocab_ids, vocab_size)
+        logger.info(f"draft vocabulary: {args.draft_vocab_size} of {vocab_size} ids cover {coverage:.2%} of targets")
+    drafter = SpecDrafterModel.from_verifier(
+        verifier, block_size=args.block_size, draft_vocab_ids=draft_vocab_ids, **args.drafter_config
+    )
     drafter.config.verifier_name_or_path = args.verifier_name_or_path
     return drafter
 
@@ -129,9 +151,9 @@ def training_function(args: DrafterTrainingArguments) -> dict:
     verifier.generation_config.max_length = None
     pad = verifier.config.pad_token_id
     with accelerator.main_process_first():
-        train_loader, eval_examples = get_dataloaders(args, pad)
-    drafter = build_drafter(args, verifier)
-    block_size = drafter.block_size
+        train_loader, eval_examples, train_rows = get_dataloaders(args, pad)
+    drafter = build_drafter(args, verifier, train_rows)
+    loss_settings = args.loss_settings()
 
     optimizer = torch.optim.AdamW(
         drafter.parameters(),
@@ -164,6 +186,8 @@ def training_function(args: DrafterTrainingArguments) -> dict:
     )
     metrics: dict = {}
     window_loss, window_tokens, window_start = 0.0, 0, time.perf_counter()
+    # from_verifier / from_pretrained return eval mode: dropout must be on from the first step (and after a resume)
+    drafter.train()
     while state["step"] < args.max_steps:
         train_loader.set_epoch(state["epoch"])
         batches = (
@@ -174,31 +198,9 @@ def training_function(args: DrafterTrainingArguments) -> dict:
         for batch in batches:
             with accelerator.accumulate(drafter):
                 generator = split_generator(args.seed, state["micro_step"], accelerator.process_index)
-                blocks = sample_block_examples(
-                    batch["target_ids"].cpu(), batch["target_lengths"].cpu(), block_size, pad, generator
+                loss, num_tokens = drafter_training_loss(
+                    drafter, verifier, batch, loss_settings, generator, drafter=accelerator.unwrap_model(drafter)
                 )
-                encoder_states = verifier_encoder_states(
-                    verifier, accelerator.unwrap_model(drafter), batch["input_ids"], batch["attention_mask"]
-                )
-                drafter_inputs = dict(
-                    input_ids=batch["input_ids"],
-                    attention_mask=batch["attention_mask"],
-                    encoder_hidden_states=encoder_states,
-                    decoder_input_ids=blocks.decoder_input_ids.to(accelerator.device),
-                    decoder_attention_mask=blocks.decoder_attention_mask.to(accelerator.device),
-                )
-                labels, glance_ids = blocks.labels, None
-                if args.glancing_ratio > 0:
-                    with torch.no_grad():
-                        predictions = drafter(**drafter_inputs).logits.argmax(dim=-1).cpu()
-                    glance_ids, labels = glancing_targets(predictions, labels, args.glancing_ratio, generator)
-                    glance_ids = glance_ids.to(accelerator.device)
-                loss = drafter(
-                    **drafter_inputs,
-                    labels=labels.to(accelerator.device),
-                    label_smoothing=args.label_smoothing,
-                    glance_ids=glance_ids,
-                ).loss
                 accelerator.backward(loss)
                 if accelerator.sync_gradients and args.max_grad_norm > 0:
                     accelerator.clip_grad_norm_(drafter.parameters(), args.max_grad_norm)
@@ -207,7 +209,7 @@ def training_function(args: DrafterTrainingArguments) -> dict:
             state["micro_step"] += 1
             state["batches_in_epoch"] += 1
             window_loss += loss.item() / args.gradient_accumulation_steps
-            window_tokens += int((labels != -100).sum())
+            window_tokens += num_tokens
             if not accelerator.sync_gradients:
                 continue
             scheduler.step()
@@ -249,7 +251,6 @@ def _evaluate(accelerator, verifier, drafter, eval_examples, args, step) -> dict
         metrics = evaluate_drafter(
             verifier, model, eval_examples, args.eval_batch_size, args.eval_max_new_tokens, seed=args.seed
         )
-        model.train()
         positions = " ".join(f"{a:.2f}" for a in metrics["accuracy_by_position"])
         logger.info(f"step {step} eval Tok. {metrics['tokens_per_iteration']:.3f} accuracy by position [{positions}]")
         accelerator.log({"eval_tokens_per_iteration": metrics["tokens_per_iteration"]}, step=step)

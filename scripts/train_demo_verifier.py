@@ -30,10 +30,10 @@ from pathlib import Path
 import sacrebleu
 import torch
 import torch.nn.functional as F
-import yaml
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-from transformers import GenerationConfig, HfArgumentParser, MarianConfig, MarianMTModel, PreTrainedTokenizerFast
+from transformers import GenerationConfig, MarianConfig, MarianMTModel, PreTrainedTokenizerFast
 
+from specdec_hf.config_parsing import parse_yaml_and_cli
 from specdec_hf.distillation import load_distilled_dataset
 
 logger = logging.getLogger("train_demo_verifier")
@@ -99,20 +99,7 @@ class DemoVerifierArguments:
 
 def parse_args(argv: list[str] | None = None) -> DemoVerifierArguments:
     """Reads `--config <yaml>` as defaults, then applies the other command-line flags as overrides."""
-    argv = sys.argv[1:] if argv is None else argv
-    parser = HfArgumentParser(DemoVerifierArguments)
-    parser.add_argument("--config", type=str, default=None, help="YAML file with the values of the run.")
-    config_path = None
-    if "--config" in argv:
-        config_path = argv[argv.index("--config") + 1]
-    if config_path is not None:
-        with open(config_path, encoding="utf-8") as f:
-            values = yaml.safe_load(f) or {}
-        unknown = set(values) - {f for f in DemoVerifierArguments.__dataclass_fields__}
-        if unknown:
-            raise ValueError(f"unknown keys in {config_path}: {sorted(unknown)}")
-        parser.set_defaults(**values)
-    (args, _) = parser.parse_args_into_dataclasses(args=argv)
+    (args,) = parse_yaml_and_cli([DemoVerifierArguments], argv)
     return args
 
 

@@ -31,7 +31,6 @@ import logging
 import math
 import os
 import shutil
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -42,10 +41,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 import transformers
-import yaml
 from tqdm.auto import tqdm
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, HfArgumentParser
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
+from .config_parsing import parse_yaml_and_cli
 from .data.loading import DataArguments, load_text_pairs
 from .data.padding import pad_token_ids
 from .data.tokenization import check_tokenizer_matches, default_source_prefix, tokenize_pairs
@@ -430,22 +429,7 @@ def run_distillation(data_args: DataArguments, args: DistillationArguments) -> d
 
 def parse_args(argv: list[str] | None = None) -> tuple[DataArguments, DistillationArguments]:
     """Reads `--config <yaml>` (keys of both dataclasses) as defaults, then the other flags as overrides."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    parser = HfArgumentParser((DataArguments, DistillationArguments))
-    parser.add_argument("--config", type=str, default=None, help="YAML file with values of the run.")
-    if "--config" in argv:
-        config_path = argv[argv.index("--config") + 1]
-        with open(config_path, encoding="utf-8") as f:
-            values = yaml.safe_load(f) or {}
-        known = set(DataArguments.__dataclass_fields__) | set(DistillationArguments.__dataclass_fields__)
-        unknown = set(values) - known
-        if unknown:
-            raise ValueError(f"unknown keys in {config_path}: {sorted(unknown)}")
-        parser.set_defaults(**values)
-        for action in parser._actions:
-            if action.dest in values:
-                action.required = False  # argparse would still demand a required flag the YAML file gives
-    data_args, args, _ = parser.parse_args_into_dataclasses(args=argv)
+    data_args, args = parse_yaml_and_cli([DataArguments, DistillationArguments], argv)
     return data_args, args
 
 

@@ -12,6 +12,11 @@ A drafter implements three methods and two attributes:
 - ``init_drafting_state(...)``: called once per ``generate()`` call, after the verifier's encoder pass.
 - ``propose(state, prefix_ids, prefix_lengths, block_size)``: called once per iteration; returns k draft ids per row.
 - ``select_rows(state, rows)``: called when finished rows leave the batch.
+- ``max_block_size`` (optional, default ``None``: no limit): the most tokens one ``propose`` call can draft.
+- ``verifier_state_layers`` (optional, default ``None``): indices into the verifier's decoder ``hidden_states`` that
+  the drafter reads (EAGLE-style drafting). When set, the loop asks the verifier's verification forward for its
+  hidden states (no extra pass) and calls ``propose(..., prefix_states=...)`` with those layers' states, concatenated,
+  at every committed position but each row's last (which the verifier has not read yet).
 
 The state object is owned by the drafter (an encoder output, a prefix key/value cache, ...); the loop never looks
 inside it and never keeps it between ``generate()`` calls.
@@ -40,11 +45,15 @@ class DraftProposal:
             (without them a draft counts as a certain proposal).
         state (`Any`):
             The drafter's state, updated; passed back to the next `propose` call.
+        draft_confidence (`torch.FloatTensor` of shape `(batch_size, block_size)`, *optional*):
+            The drafter's probability of each draft; confidence-truncated verification (`draft_confidence_threshold`)
+            verifies only the leading drafts whose running product stays above a threshold.
     """
 
     draft_ids: torch.LongTensor
     draft_logits: torch.FloatTensor | None
     state: Any
+    draft_confidence: torch.FloatTensor | None = None
 
 
 class Drafter(ABC):
@@ -52,6 +61,8 @@ class Drafter(ABC):
 
     vocab_size: int
     block_size: int
+    verifier_state_layers: list[int] | None = None
+    max_block_size: int | None = None
 
     @abstractmethod
     def init_drafting_state(
@@ -88,6 +99,10 @@ class Drafter(ABC):
                 A row's committed tokens only ever grow between calls.
             prefix_lengths (`torch.LongTensor` of shape `(batch_size,)`): Number of valid tokens per row.
             block_size (`int`): Number of tokens to draft (k); at least 1.
+
+        A drafter with `verifier_state_layers` also receives `prefix_states` (`torch.FloatTensor` of shape
+        `(batch_size, max_prefix_length, feature_width)`): the verifier's states at each committed position; the
+        entry at a row's last committed position is not yet valid.
         """
 
     @abstractmethod

@@ -1,7 +1,7 @@
 """Shared fixtures: tiny random verifiers of the five supported families, built from configs (no downloads).
 
 Weights use a larger init std than the families' defaults so that greedy outputs vary and top-1 scores have no
-near-ties: a k-token verify forward and a 1-token greedy step differ in the last bits (SPEC.md §5), and tie-free
+near-ties: a k-token verify forward and a 1-token greedy step differ in the last bits, and tie-free
 models keep the token-for-token comparison strict.
 """
 

@@ -74,3 +74,31 @@ class RandomDrafter(Drafter):
     def propose(self, state, prefix_ids, prefix_lengths, block_size):
         draft_ids = torch.randint(0, self.vocab_size, (prefix_ids.shape[0], block_size), generator=self.generator)
         return DraftProposal(draft_ids=draft_ids, draft_logits=None, state=state)
+
+
+class StateRecordingDrafter(OracleDrafter):
+    """An oracle that also reads verifier states (`verifier_state_layers`) and records what the loop hands it."""
+
+    def __init__(self, *args, layers=(0, -1), confidence=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.verifier_state_layers = list(layers)
+        self.confidence = confidence
+        self.recorded = []  # (source rows, prefix_ids, prefix_lengths, prefix_states) per call
+
+    def propose(self, state, prefix_ids, prefix_lengths, block_size, prefix_states=None):
+        self.recorded.append((state.clone(), prefix_ids.clone(), prefix_lengths.clone(), prefix_states))
+        proposal = super().propose(state, prefix_ids, prefix_lengths, block_size)
+        if self.confidence is not None:
+            proposal.draft_confidence = self.confidence(state, prefix_lengths, block_size)
+        return proposal
+
+
+class ConfidentOracleDrafter(OracleDrafter):
+    """An oracle that reports a fixed pseudo-random confidence per (row, position): 0.95, 0.5 or 0.1."""
+
+    def propose(self, state, prefix_ids, prefix_lengths, block_size):
+        proposal = super().propose(state, prefix_ids, prefix_lengths, block_size)
+        positions = prefix_lengths.unsqueeze(1) + torch.arange(block_size).unsqueeze(0)
+        level = (state.unsqueeze(1) * 31 + positions * 17) % 3
+        proposal.draft_confidence = torch.tensor([0.95, 0.5, 0.1])[level]
+        return proposal

@@ -18,6 +18,7 @@ from transformers import AutoModel, AutoModelForSeq2SeqLM
 
 import train_drafter
 from specdec_hf import SpecDrafterModel
+from specdec_hf.config_parsing import parse_yaml_and_cli
 from specdec_hf.data import DataArguments, load_text_pairs
 from specdec_hf.distillation import distill, load_distilled_dataset
 from specdec_hf.training import evaluate_drafter
@@ -79,17 +80,29 @@ def test_cli_with_yaml_config_saves_a_loadable_drafter(workspace):
 
 
 @pytest.mark.parametrize("group_by_length", [False, True])
-def test_resumed_run_equals_uninterrupted_run(workspace, group_by_length):
+def test_resumed_run_equals_uninterrupted_run(workspace, group_by_length, monkeypatch):
     # dropout and gradient accumulation make the run depend on restored RNG states and the accumulation phase; the
-    # 12 micro-steps span three epochs of 5 batches, so the resumed run also re-enters the epochs' orders
+    # 12 micro-steps span three epochs of 5 batches, so the resumed run also re-enters the epochs' orders. An
+    # evaluation at steps 2 (before the interruption at 3) and 4 (after) switches the drafter to eval mode and back.
     randomness = dict(drafter_config={"decoder_layers": 1, "prefix_attention": "causal", "dropout": 0.1})
-    randomness.update(gradient_accumulation_steps=2, group_by_length=group_by_length)
+    randomness.update(gradient_accumulation_steps=2, group_by_length=group_by_length, eval_steps=2)
+    modes = []
+    loss_function = train_drafter.drafter_training_loss
+
+    def recording_loss(model, *args, **kwargs):
+        modes.append(model.training)
+        return loss_function(model, *args, **kwargs)
+
+    monkeypatch.setattr(train_drafter, "drafter_training_loss", recording_loss)
     suffix = "_grouped" if group_by_length else ""
     train_drafter.main(["--config", str(write_config(workspace, f"straight{suffix}", **randomness))])
+    straight_forwards = len(modes)
     interrupted = write_config(workspace, f"resumed{suffix}", max_steps=3, **randomness)
     train_drafter.main(["--config", str(interrupted)])
     assert (workspace / f"resumed{suffix}" / "checkpoint-3").is_dir()
     train_drafter.main(["--config", str(interrupted), "--max_steps", "6", "--resume_from_checkpoint", "latest"])
+    # every micro-step of the three runs in training mode (dropout on); the two halves together did the same work
+    assert straight_forwards > 0 and modes == [True] * (2 * straight_forwards)
     straight = load_file(workspace / f"straight{suffix}" / "model.safetensors")
     resumed = load_file(workspace / f"resumed{suffix}" / "model.safetensors")
     assert straight.keys() == resumed.keys()
@@ -142,7 +155,7 @@ def test_two_cpu_processes_with_gloo(workspace):
 
 @pytest.mark.parametrize("config", sorted((ROOT / "configs" / "train").glob("*.yaml")), ids=lambda p: p.stem)
 def test_shipped_training_configs_parse(config):
-    (args,) = train_drafter.parse_yaml_and_cli([train_drafter.DrafterTrainingArguments], ["--config", str(config)])
+    (args,) = parse_yaml_and_cli([train_drafter.DrafterTrainingArguments], ["--config", str(config)])
     assert args.verifier_name_or_path and args.train_data and args.block_size >= 1
 
 

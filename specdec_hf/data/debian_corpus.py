@@ -10,7 +10,7 @@ archive is reachable through `apt-get`. This module turns Debian packages into t
     - Debian package descriptions and their German translations (DDTP), matched by `Description-md5`, long
       descriptions aligned paragraph by paragraph and synopses one to one, one group per source package.
   Only 1-to-1 sentence matches are kept (equal sentence counts, char-length ratio ≤ 2.2, 2–60 words per side).
-  The man pages, Debian manuals and GNOME help listed in `docs/DATA.md` are **left out** (about 20k pairs, costly
+  The man pages, Debian manuals and GNOME help of the same Debian archive are **left out** (about 20k pairs, costly
   to parse from roff/DocBook/Mallard); the corpus is therefore ~75% of the size given there.
 * **summarization** (English): a package's long description → its one-line synopsis (prose only, 15–400 words,
   duplicate documents removed).

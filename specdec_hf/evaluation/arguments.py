@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..config_parsing import parse_yaml_and_cli
 from ..data.loading import DataArguments
-from ..training.arguments import parse_yaml_and_cli
 from .strategies import STRATEGY_NAME_HELP, Strategy, resolve_strategies
 
 __all__ = ["METRIC_NAMES", "EvaluationArguments", "parse_evaluation_arguments"]

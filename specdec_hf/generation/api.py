@@ -30,7 +30,7 @@ from .speculative_loop import SpeculativeLoopConfig, run_speculative_loop
 
 __all__ = ["enable_speculative_decoding", "speculative_generate"]
 
-_SPECULATIVE_ARGUMENTS = ("block_size", "beta", "tau")
+_SPECULATIVE_ARGUMENTS = ("block_size", "beta", "tau", "draft_confidence_threshold")
 
 
 def speculative_generate(
@@ -43,6 +43,7 @@ def speculative_generate(
     block_size: int | None = None,
     beta: int = 1,
     tau: float = 0.0,
+    draft_confidence_threshold: float | None = None,
     inputs_tensor: torch.Tensor | None = None,
     token_streamer=None,
     **model_kwargs,
@@ -62,6 +63,11 @@ def speculative_generate(
         block_size (`int`, *optional*): Drafted tokens per iteration (k); defaults to `drafter.block_size`.
         beta (`int`, *optional*, defaults to 1): Top-β candidate set; 1 gives exactly the greedy output.
         tau (`float`, *optional*, defaults to 0.0): Log-probability tolerance τ; only used when `beta > 1`.
+        draft_confidence_threshold (`float`, *optional*): Adaptive draft length: verify, per row, only the leading
+            drafts whose running product of the drafter's confidence (`DraftProposal.draft_confidence`) stays at or
+            above this value, at least one. Saves verifying drafts that are unlikely to be accepted; the output is
+            unchanged (β=1 stays identical to greedy). `None` (default) verifies all k; drafters that report no
+            confidence are always verified in full.
         inputs_tensor (`torch.Tensor`, *optional*): The encoder input (passed by `generate()`).
         token_streamer (`BaseStreamer`, *optional*): A streamer (`TextStreamer`, `TextIteratorStreamer`) that
             receives the tokens as they are accepted, batch size 1. transformers drops `generate(streamer=...)`
@@ -89,6 +95,21 @@ def speculative_generate(
     validate_drafter(drafter, model.config.get_text_config(decoder=True).vocab_size)
     block_size = drafter.block_size if block_size is None else block_size
     validate_acceptance_arguments(beta, tau, block_size)
+    max_block_size = getattr(drafter, "max_block_size", None)
+    if max_block_size is not None and block_size > max_block_size:
+        raise ValueError(
+            f"`block_size` must be at most the drafter's {max_block_size} (one learned query per drafted position), "
+            f"got {block_size}: lower `block_size` or train a drafter with a larger one."
+        )
+    if draft_confidence_threshold is not None and (
+        isinstance(draft_confidence_threshold, bool)
+        or not isinstance(draft_confidence_threshold, (int, float))
+        or not 0.0 <= draft_confidence_threshold <= 1.0
+    ):
+        raise ValueError(
+            "`draft_confidence_threshold` must be a probability in [0, 1] (or None to verify every draft), got "
+            f"{draft_confidence_threshold!r}."
+        )
     if generation_config.do_sample and (beta != 1 or tau != 0):
         raise ValueError(
             f"`beta`/`tau` (got beta={beta}, tau={tau}) relax greedy verification; with `do_sample=True` speculative "
@@ -122,6 +143,7 @@ def speculative_generate(
         do_sample=bool(generation_config.do_sample),
         output_scores=bool(generation_config.return_dict_in_generate and generation_config.output_scores),
         output_logits=bool(generation_config.return_dict_in_generate and generation_config.output_logits),
+        confidence_threshold=None if draft_confidence_threshold is None else float(draft_confidence_threshold),
     )
     result = run_speculative_loop(
         model,
@@ -282,8 +304,12 @@ def _generate_with_optional_drafter(self, *args, drafter=None, **kwargs):
         if given:
             raise ValueError(f"{', '.join(given)} only apply with a `drafter`: pass `drafter=` or drop them.")
         return plain_generate(self, *args, **kwargs)
-    if kwargs.get("custom_generate") is not None:
-        raise ValueError("`custom_generate` cannot be combined with `drafter`: pass only one of them.")
+    custom_generate = kwargs.pop("custom_generate", None)
+    if custom_generate is not None and custom_generate is not speculative_generate:
+        raise ValueError(
+            "`drafter` runs speculative decoding, which is itself a `custom_generate` method: pass "
+            "`custom_generate=speculative_generate` or none, not another method."
+        )
     if kwargs.get("assistant_model") is not None:
         raise ValueError("`assistant_model` and `drafter` are two drafting methods: pass only one of them.")
     # transformers drops `streamer` before calling a custom_generate callable: hand it over under our own name

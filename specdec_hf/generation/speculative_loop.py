@@ -11,7 +11,8 @@ Every iteration, for every unfinished row of the batch:
 
 Rows advance by different amounts. BART, T5, Marian, mBART and Pegasus take decoder positions from the cache length
 alone, so the cache holds one shared length ``C = min(committed length) - 1`` and each verify forward *re-feeds* a
-row's committed-but-uncached tokens before its drafts, right-padded (SPEC.md §3, "ragged re-feed"). Padding only ever
+row's committed-but-uncached tokens before its drafts, right-padded ("ragged re-feed": these families take no
+per-row position ids, so a shared cache length is the only exact layout). Padding only ever
 follows a row's real tokens, so causal attention never sees it; the cropped cache holds only committed tokens.
 """
 
@@ -41,7 +42,7 @@ from ..speculative_sampling import draft_distribution, sample_drafts, speculativ
 from .processor_gating import processors_acting_on
 from .stats import SpeculativeDecodingStats
 
-__all__ = ["LoopResult", "SpeculativeLoopConfig", "run_speculative_loop"]
+__all__ = ["LoopResult", "SpeculativeLoopConfig", "confident_draft_counts", "run_speculative_loop"]
 
 # Processors that only reshape a distribution (sampling warpers): applied to the drafter's logits too, so that its
 # proposal q resembles the verifier's warped p (any q keeps sampling exact; a closer one is accepted more often).
@@ -70,6 +71,7 @@ class SpeculativeLoopConfig:
     do_sample: bool = False
     output_scores: bool = False
     output_logits: bool = False
+    confidence_threshold: float | None = None
 
 
 @dataclass
@@ -126,6 +128,9 @@ def run_speculative_loop(
     simple_stopping = all(isinstance(c, (MaxLengthCriteria, EosTokenCriteria)) for c in stopping_criteria)
     position_limit = getattr(verifier.config, "max_position_embeddings", None)
     vocab_size = verifier.config.get_text_config(decoder=True).vocab_size
+    # EAGLE-style drafters read the verifier's decoder states: position p holds the state after reading token p
+    state_layers = getattr(drafter, "verifier_state_layers", None)
+    prefix_states = None
     if streamer is not None:
         streamer.put(input_ids.cpu())
 
@@ -142,14 +147,30 @@ def run_speculative_loop(
 
         # 1. Draft
         proposal_q = None
+        verify_counts = None
         if k > 0:
-            proposal = drafter.propose(drafter_state, committed[:, :longest], lengths_t, k)
+            states_kwargs = {}
+            if state_layers:
+                states_kwargs["prefix_states"] = (
+                    None if prefix_states is None else prefix_states.index_select(0, active_index)[:, :longest]
+                )
+            proposal = drafter.propose(drafter_state, committed[:, :longest], lengths_t, k, **states_kwargs)
             _check_proposal(proposal, len(active), k)
             drafter_state = proposal.state
             drafts = proposal.draft_ids[:, :k].to(device)
             stats.drafter_calls += 1
+            stats.proposed_tokens += k * len(active)
             if config.do_sample:
                 drafts, proposal_q = _sample_proposal(proposal, drafts, committed, logits_processor, vocab_size)
+            if config.confidence_threshold is not None and proposal.draft_confidence is not None:
+                verify_counts = confident_draft_counts(
+                    proposal.draft_confidence[:, :k].to(device), config.confidence_threshold
+                )
+                # verify only as far as the most confident row needs; the others stop at their own count
+                k = int(verify_counts.max())
+                drafts = drafts[:, :k]
+                if proposal_q is not None:
+                    proposal_q = proposal_q[:, :k]
         else:
             drafts = committed.new_empty((len(active), 0))
 
@@ -161,9 +182,14 @@ def run_speculative_loop(
             attention_mask=encoder_attention_mask,
             cache=cache,
             use_cache=True,
+            output_hidden_states=bool(state_layers),
             return_dict=True,
         )
         stats.verifier_calls += 1
+        if state_layers:
+            prefix_states = _record_verifier_states(
+                prefix_states, outputs.decoder_hidden_states, state_layers, active_index, cache_length, sequences
+            )
         if logit_positions is None:
             logits = outputs.logits[:, -(k + 1) :].float()
         else:
@@ -172,6 +198,8 @@ def run_speculative_loop(
         del outputs
         # drafts a row may still accept so that its bonus token stays within max_length
         budgets = (config.max_length - 1 - lengths_t).clamp(max=k)
+        if verify_counts is not None:
+            budgets = torch.minimum(budgets, verify_counts)
 
         # 3. Select the accepted tokens (position by position only where a processor can change the scores)
         acting = processors_acting_on(logits_processor, shortest, longest + k)
@@ -234,7 +262,8 @@ def run_speculative_loop(
                 encoder_attention_mask = encoder_attention_mask.index_select(0, keep_t)
             drafter_state = drafter.select_rows(drafter_state, keep_t)
         cache_length = min(lengths[r] for r in active) - 1
-        cache.crop(cache_length - fed_length)
+        if fed_length > cache_length:  # Cache.crop(0) is not a no-op on every transformers version
+            cache.crop(cache_length - fed_length)
 
     if streamer is not None:
         streamer.end()
@@ -243,6 +272,49 @@ def run_speculative_loop(
     if record:
         scores_out, logits_out = _assemble_per_position(recorded, lengths, prompt_length, total_length, config)
     return LoopResult(sequences[:, :total_length], stats, scores_out, logits_out)
+
+
+def confident_draft_counts(confidence: torch.FloatTensor, threshold: float) -> torch.LongTensor:
+    """How many leading drafts of each row to verify: those whose running product of the drafter's confidence stays
+    at or above `threshold`, and always at least one (adaptive draft length, as HF's `assistant_confidence_threshold`
+    and SpecDec++ (Huang et al., 2024, arXiv 2405.19715) stop drafting once the drafter is unsure).
+
+    Args:
+        confidence (`torch.FloatTensor` of shape `(rows, k)`): The drafter's probability of each draft.
+        threshold (`float`): In `[0, 1]`; 0 verifies every draft.
+
+    Returns:
+        `torch.LongTensor` of shape `(rows,)`, each in `[1, k]`.
+    """
+    confident = torch.cumprod(confidence.float(), dim=1) >= threshold
+    return count_accepted(confident).clamp(min=1)
+
+
+def _record_verifier_states(
+    prefix_states: torch.FloatTensor | None,
+    hidden_states: tuple[torch.FloatTensor, ...],
+    layers: list[int],
+    active_index: torch.LongTensor,
+    cache_length: int,
+    sequences: torch.LongTensor,
+) -> torch.FloatTensor:
+    """Write the verify forward's decoder states into the per-row buffer, at the positions they were computed for.
+
+    Row r's fed positions start at the shared cache length; states of drafts that end up rejected are overwritten by
+    the next forward before the drafter reads them (it reads only positions below a row's committed length - 1,
+    the same invariant as the verifier cache).
+
+    Returns:
+        `torch.FloatTensor` of shape `(batch_size, sequences.shape[1], feature_width)`: the buffer, indexed like
+        `sequences` (by original row).
+    """
+    new_states = torch.cat([hidden_states[index] for index in layers], dim=-1)  # (rows, width, feature_width)
+    if prefix_states is None:
+        prefix_states = new_states.new_zeros(sequences.shape[0], sequences.shape[1], new_states.shape[-1])
+    width = min(new_states.shape[1], prefix_states.shape[1] - cache_length)
+    positions = cache_length + torch.arange(width, device=new_states.device)
+    prefix_states[active_index.unsqueeze(1), positions.unsqueeze(0)] = new_states[:, :width]
+    return prefix_states
 
 
 def _check_proposal(proposal, rows: int, block_size: int) -> None:

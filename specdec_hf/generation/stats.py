@@ -15,10 +15,12 @@ class SpeculativeDecodingStats:
         block_size (`int`): The requested number of drafted tokens per iteration (k).
         verifier_calls (`int`): Batched verifier decoder forward passes.
         drafter_calls (`int`): Batched drafter calls.
+        proposed_tokens (`int`): Drafts the drafter proposed, over all rows and calls (k per active row and call);
+            with `draft_confidence_threshold` fewer of them are verified (`drafted_tokens`).
         iterations (`list[int]`): Per row, the verifier passes the row took part in.
         generated_tokens (`list[int]`): Per row, tokens emitted (excluding the decoder prompt and the padding after
             the row finished).
-        drafted_tokens (`list[int]`): Per row, drafted tokens that were verified.
+        drafted_tokens (`list[int]`): Per row, drafted tokens that were verified (could be accepted).
         accepted_tokens (`list[int]`): Per row, drafted tokens that were accepted.
         accepted_at_position (`list[int]`): For each block position i (0-based), how many times the draft at i was
             accepted, summed over rows and iterations.
@@ -28,6 +30,7 @@ class SpeculativeDecodingStats:
     block_size: int
     verifier_calls: int = 0
     drafter_calls: int = 0
+    proposed_tokens: int = 0
     iterations: list[int] = field(default_factory=list)
     generated_tokens: list[int] = field(default_factory=list)
     drafted_tokens: list[int] = field(default_factory=list)
@@ -63,6 +66,11 @@ class SpeculativeDecodingStats:
         """Accepted drafts divided by verified drafts, over all rows."""
         return sum(self.accepted_tokens) / max(sum(self.drafted_tokens), 1)
 
+    @property
+    def verified_per_iteration(self) -> float:
+        """Verified drafts per verifier pass, over all rows (the verification's width, bonus token excluded)."""
+        return sum(self.drafted_tokens) / max(sum(self.iterations), 1)
+
     def to_dict(self) -> dict:
         """All counters and the derived figures, JSON-serialisable."""
         return {
@@ -70,4 +78,5 @@ class SpeculativeDecodingStats:
             "tokens_per_iteration": self.tokens_per_iteration,
             "tokens_per_iteration_per_row": self.tokens_per_iteration_per_row,
             "acceptance_rate": self.acceptance_rate,
+            "verified_per_iteration": self.verified_per_iteration,
         }

@@ -83,6 +83,19 @@ class SpecDrafterConfig(PretrainedConfig):
             The verifier's decoder start token, first token of every prefix.
         tie_word_embeddings (`bool`, *optional*, defaults to `True`):
             Whether the LM head (and a transformers encoder's token embedding) are tied to the shared embedding.
+            Must be `False` with `draft_vocab_size` (the head then has its own rows).
+        prefix_feature_layers (`list[int]`, *optional*):
+            Verifier-conditioned drafting (EAGLE, Li et al. 2024, arXiv 2401.15077; EAGLE-3, arXiv 2503.01840): the
+            indices into the verifier's decoder `hidden_states` (as returned with `output_hidden_states=True`; 0 is
+            the embedding output, -1 the top layer) whose states the drafter reads. Prefix position i adds a
+            projection of the concatenated states of position i - 1 to its token embedding, so the last committed
+            token (which the verifier has not read yet) still gets the state that predicted it. `[-1]` is EAGLE-1's
+            top-layer feature, several indices fuse low, middle and high layers as EAGLE-3 does. Needs
+            `prefix_attention="causal"`. `None` (default): the drafter reads tokens only.
+        draft_vocab_size (`int`, *optional*):
+            Reduced-vocabulary LM head (FR-Spec, Zhao et al. 2025, arXiv 2502.14856): the head scores only this many
+            verifier ids (the most frequent target tokens of the training data, stored in the `draft_vocab_ids`
+            buffer) and drafts are mapped back to verifier ids. `None` (default): the full vocabulary.
 
     Example:
 
@@ -130,8 +143,30 @@ class SpecDrafterConfig(PretrainedConfig):
     eos_token_id: int | list[int] | None = 2
     decoder_start_token_id: int | None = 2
     tie_word_embeddings: bool = True
+    prefix_feature_layers: list[int] | None = None
+    draft_vocab_size: int | None = None
 
     def __post_init__(self, **kwargs):
+        if self.prefix_feature_layers is not None:
+            self.prefix_feature_layers = [int(index) for index in self.prefix_feature_layers]
+            if not self.prefix_feature_layers:
+                raise ValueError("`prefix_feature_layers` must name at least one layer, or be None (tokens only).")
+            if self.prefix_attention != "causal":
+                raise ValueError(
+                    "`prefix_feature_layers` needs `prefix_attention=\"causal\"`: a prefix position reads the "
+                    "verifier state of the position before it, which only a causal prefix keeps consistent."
+                )
+        if self.draft_vocab_size is not None:
+            if not 1 <= self.draft_vocab_size <= self.vocab_size:
+                raise ValueError(
+                    f"`draft_vocab_size` must be between 1 and `vocab_size` ({self.vocab_size}), got "
+                    f"{self.draft_vocab_size}."
+                )
+            if self.tie_word_embeddings:
+                raise ValueError(
+                    "`draft_vocab_size` needs `tie_word_embeddings=False`: a reduced head has its own rows "
+                    "(`SpecDrafterModel.from_verifier(..., draft_vocab_ids=...)` sets both)."
+                )
         if self.block_size < 1:
             raise ValueError(f"`block_size` must be at least 1, got {self.block_size}.")
         if self.prefix_attention not in PREFIX_ATTENTION_TYPES:

@@ -35,6 +35,7 @@ from transformers.utils import ModelOutput
 
 from ..drafting import Drafter, DraftProposal
 from .configuration_spec_drafter import SpecDrafterConfig
+from .split_attention import every_split_attention_mask
 
 # Verifier families whose encoder a drafter can reuse: model_type -> (module, encoder class) in transformers.
 # The classes are imported lazily, when a drafter of that family is built.
@@ -415,8 +416,72 @@ class SpecDrafterDecoder(nn.Module):
             key_index = torch.arange(cache_length + num_new + block_size, device=device)[None, :]
             allowed = (key_index <= cache_length + query_index) | (query_index >= num_new)
             attention_mask = attention_mask & allowed  # (batch_size, 1, num_queries, key_length)
-        last_mask = attention_mask[:, :, -block_size:] if attention_mask.shape[2] > 1 else attention_mask
+        return self._run_layers(
+            hidden_states, attention_mask, cross_key_values, encoder_attention_mask, block_size, cache, cache_length
+        )
 
+    def forward_every_split(
+        self,
+        inputs_embeds: torch.Tensor,
+        prefix_mask: torch.BoolTensor,
+        split_lengths: torch.LongTensor,
+        block_size: int,
+        cross_key_values: tuple[tuple[torch.Tensor, torch.Tensor], ...],
+        encoder_attention_mask: torch.BoolTensor | None = None,
+        glance_embeds: torch.Tensor | None = None,
+        glance_mask: torch.BoolTensor | None = None,
+    ) -> torch.Tensor:
+        """Draft after every split point of whole sequences in one pass (causal prefix attention only).
+
+        The sequence's positions are shared by all splits; split s adds k mask slots at positions `L_s .. L_s + k - 1`
+        that see prefix positions `< L_s` and each other (:func:`~.split_attention.every_split_attention_mask`), so
+        each split's slots get the states a separate call with that prefix would give.
+
+        Args:
+            inputs_embeds (`torch.FloatTensor` of shape `(batch_size, length, d_model)`): Embedded sequences.
+            prefix_mask (`torch.BoolTensor` of shape `(batch_size, length)`): `True` for real tokens.
+            split_lengths (`torch.LongTensor` of shape `(num_splits,)`): Prefix length of each split, shared by rows.
+            block_size (`int`): k.
+            cross_key_values, encoder_attention_mask: As in [`~SpecDrafterDecoder.forward`].
+            glance_embeds (`torch.FloatTensor` of shape `(batch_size, num_splits * block_size, d_model)`, *optional*),
+            glance_mask (`torch.BoolTensor` of shape `(batch_size, num_splits * block_size)`, *optional*):
+                Glancing inputs of the slots, split-major.
+
+        Returns:
+            `torch.FloatTensor` of shape `(batch_size, num_splits * block_size, d_model)`, split-major.
+        """
+        if not self.causal_prefix:
+            raise ValueError(
+                "Training on every split point needs `prefix_attention=\"causal\"` (a bidirectional prefix differs "
+                "per split); use one random split per sequence instead."
+            )
+        batch_size, length, _ = inputs_embeds.shape
+        device = inputs_embeds.device
+        num_slots = split_lengths.shape[0] * block_size
+        prefix_states = inputs_embeds + self.embed_positions(torch.arange(length, device=device))
+        slot_inputs = self.mask_embedding.expand(batch_size, num_slots, -1)
+        if glance_mask is not None:
+            slot_inputs = torch.where(glance_mask.unsqueeze(-1), glance_embeds, slot_inputs)
+        block_index = torch.arange(block_size, device=device).repeat(split_lengths.shape[0])
+        slot_positions = split_lengths.repeat_interleave(block_size) + block_index
+        slot_states = slot_inputs + self.block_query_embeddings(block_index) + self.embed_positions(slot_positions)
+        hidden_states = torch.cat([prefix_states, slot_states], dim=1)
+        hidden_states = F.dropout(hidden_states, p=self.dropout, training=self.training)
+        attention_mask = every_split_attention_mask(prefix_mask, split_lengths, block_size)
+        return self._run_layers(hidden_states, attention_mask, cross_key_values, encoder_attention_mask, num_slots)
+
+    def _run_layers(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.BoolTensor,
+        cross_key_values: tuple[tuple[torch.Tensor, torch.Tensor], ...],
+        encoder_attention_mask: torch.BoolTensor | None,
+        num_outputs: int,
+        cache: tuple[tuple[torch.Tensor, torch.Tensor], ...] | None = None,
+        cache_length: int = 0,
+    ) -> torch.Tensor:
+        """The decoder layers; returns the normed states of the last `num_outputs` positions (the mask slots)."""
+        last_mask = attention_mask[:, :, -num_outputs:] if attention_mask.shape[2] > 1 else attention_mask
         last_index = len(self.layers) - 1
         for index, layer in enumerate(self.layers):
             is_last = index == last_index
@@ -428,7 +493,7 @@ class SpecDrafterDecoder(nn.Module):
                 cache=None if cache is None else cache[index],
                 cache_length=cache_length,
                 # the last layer only needs the mask slots' outputs (their keys/values still see every position)
-                num_queries=block_size if is_last else None,
+                num_queries=num_outputs if is_last else None,
             )
         return self.layer_norm(hidden_states)
 
@@ -486,9 +551,20 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel, Drafter):
         else:
             self.encoder = SpecDrafterEncoder(config)
 
+        self.feature_proj = None
+        if config.prefix_feature_layers is not None:
+            feature_width = len(config.prefix_feature_layers) * (config.verifier_d_model or config.d_model)
+            self.feature_proj = nn.Linear(feature_width, config.d_model)
+
         self.decoder = SpecDrafterDecoder(config)
-        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
-        self.register_buffer("final_logits_bias", torch.zeros(1, config.vocab_size))
+        head_size = config.draft_vocab_size or config.vocab_size
+        self.lm_head = nn.Linear(config.d_model, head_size, bias=False)
+        self.register_buffer("final_logits_bias", torch.zeros(1, head_size))
+        if config.draft_vocab_size is not None:
+            # verifier id of each head row; set by from_verifier(draft_vocab_ids=...) or loaded with the weights
+            self.register_buffer("draft_vocab_ids", torch.arange(config.draft_vocab_size))
+        else:
+            self.draft_vocab_ids = None
 
         self.post_init()
 
@@ -500,6 +576,18 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel, Drafter):
     def vocab_size(self) -> int:
         """Size of the vocabulary of the drafted ids and logits (the verifier's)."""
         return self.config.vocab_size
+
+    @property
+    def max_block_size(self) -> int:
+        """The most tokens one `propose` call drafts: one learned query per block position."""
+        return self.config.block_size
+
+    @property
+    def verifier_state_layers(self) -> list[int] | None:
+        """Indices of the verifier's decoder `hidden_states` this drafter reads per prefix position (`None`: none).
+
+        The speculative loop hands them to `propose` as `prefix_states` (see :mod:`specdec_hf.drafting`)."""
+        return self.config.prefix_feature_layers
 
     @property
     def block_size(self) -> int:
@@ -522,6 +610,47 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel, Drafter):
 
     def _embed(self, input_ids: torch.LongTensor) -> torch.Tensor:
         return self.shared(input_ids) * self.embed_scale
+
+    def _embed_prefix(self, input_ids: torch.LongTensor, previous_states: torch.Tensor | None) -> torch.Tensor:
+        """Token embeddings of prefix positions, plus the projected verifier state of each position's predecessor.
+
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, length)`): Prefix tokens.
+            previous_states (`torch.FloatTensor` of shape `(batch_size, length, feature_width)`, *optional*):
+                For each position, the verifier's (concatenated) states at the position before it; zeros before the
+                first position. Required when the drafter reads verifier states.
+        """
+        embeds = self._embed(input_ids)
+        if self.feature_proj is None:
+            return embeds
+        if previous_states is None:
+            raise ValueError(
+                f"This drafter reads the verifier's decoder states (`prefix_feature_layers="
+                f"{self.config.prefix_feature_layers}`): pass `verifier_states` (training) or `prefix_states` "
+                "(drafting); the speculative loop does so itself."
+            )
+        return embeds + self.feature_proj(previous_states.to(embeds.dtype))
+
+    @staticmethod
+    def _shift_states(states: torch.Tensor) -> torch.Tensor:
+        """`(batch, length, width)` states at each position -> states at the position before (zeros first)."""
+        return F.pad(states, (0, 0, 1, 0))[:, : states.shape[1]]
+
+    def to_draft_vocab(self, token_ids: torch.LongTensor) -> torch.LongTensor:
+        """Map verifier ids (and -100) to rows of the LM head; ids outside a reduced vocabulary become -100."""
+        if self.draft_vocab_ids is None:
+            return token_ids
+        index = torch.full((self.config.vocab_size,), -100, dtype=torch.long, device=token_ids.device)
+        index[self.draft_vocab_ids.to(token_ids.device)] = torch.arange(
+            self.draft_vocab_ids.shape[0], device=token_ids.device
+        )
+        return torch.where(token_ids >= 0, index[token_ids.clamp(min=0)], -100)
+
+    def from_draft_vocab(self, head_index: torch.LongTensor) -> torch.LongTensor:
+        """Map rows of the LM head (e.g. an argmax) back to verifier ids."""
+        if self.draft_vocab_ids is None:
+            return head_index
+        return self.draft_vocab_ids[head_index]
 
     def _check_block_size(self, block_size: int | None) -> int:
         block_size = self.config.block_size if block_size is None else int(block_size)
@@ -597,6 +726,8 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel, Drafter):
         labels: torch.LongTensor | None = None,
         label_smoothing: float = 0.0,
         glance_ids: torch.LongTensor | None = None,
+        split_lengths: torch.LongTensor | None = None,
+        verifier_states: torch.FloatTensor | None = None,
     ) -> SpecDrafterOutput:
         r"""
         Args:
@@ -618,10 +749,21 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel, Drafter):
             label_smoothing (`float`, *optional*, defaults to 0.0): Label smoothing of the cross-entropy.
             glance_ids (`torch.LongTensor` of shape `(batch_size, block_size)`, *optional*):
                 Glancing training (GLAT, as in the paper's §3.1): target tokens revealed to their mask slots; -100
-                keeps a slot masked.
+                keeps a slot masked. `(batch_size, num_splits, block_size)` with `split_lengths`.
+            split_lengths (`torch.LongTensor` of shape `(num_splits,)`, *optional*):
+                Train on many split points at once (`prefix_attention="causal"`): `decoder_input_ids` are then whole
+                sequences and the drafter drafts k tokens after each prefix length in `split_lengths` (shared by the
+                rows), in one pass; `labels` and `logits` gain a `num_splits` dimension.
+            verifier_states (`torch.FloatTensor` of shape `(batch_size, prefix_length, feature_width)`, *optional*):
+                For a drafter with `prefix_feature_layers`: the verifier's decoder states (those layers,
+                concatenated) at each position of `decoder_input_ids`, teacher-forced. Position i reads those of
+                position i - 1.
 
         Returns:
-            [`SpecDrafterOutput`]: `logits` of shape `(batch_size, block_size, vocab_size)`.
+            [`SpecDrafterOutput`]: `logits` of shape `(batch_size, block_size, head_size)` (or `(batch_size,
+            num_splits, block_size, head_size)` with `split_lengths`), where `head_size` is `draft_vocab_size` for a
+            reduced head (map rows back with `from_draft_vocab`) and `vocab_size` otherwise. `labels` are verifier
+            ids either way.
         """
         if decoder_input_ids is None:
             raise ValueError(
@@ -630,6 +772,7 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel, Drafter):
         block_size = self._check_block_size(block_size)
         batch_size, prefix_length = decoder_input_ids.shape
         self._check_positions(prefix_length + block_size)
+        previous_states = None if verifier_states is None else self._shift_states(verifier_states)
 
         if encoder_hidden_states is None:
             encoder_hidden_states = self.encode(input_ids, attention_mask)
@@ -646,25 +789,39 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel, Drafter):
         else:
             prefix_mask = decoder_attention_mask.bool()
             prefix_lengths = prefix_mask.sum(dim=1)
-        mask_positions = prefix_lengths[:, None] + torch.arange(block_size, device=device)
-
-        hidden_states = self.decoder(
-            inputs_embeds=self._embed(decoder_input_ids),
-            prefix_positions=torch.arange(prefix_length, device=device),
+        glance_embeds = None if glance_ids is None else self._embed(glance_ids.clamp(min=0))
+        common = dict(
+            inputs_embeds=self._embed_prefix(decoder_input_ids, previous_states),
             prefix_mask=prefix_mask,
-            mask_positions=mask_positions,
             cross_key_values=self.decoder.project_encoder_states(memory),
             encoder_attention_mask=self._encoder_attention_mask(attention_mask),
-            glance_embeds=None if glance_ids is None else self._embed(glance_ids.clamp(min=0)),
-            glance_mask=None if glance_ids is None else glance_ids >= 0,
         )
+        if split_lengths is None:
+            hidden_states = self.decoder(
+                **common,
+                prefix_positions=torch.arange(prefix_length, device=device),
+                mask_positions=prefix_lengths[:, None] + torch.arange(block_size, device=device),
+                glance_embeds=glance_embeds,
+                glance_mask=None if glance_ids is None else glance_ids >= 0,
+            )
+        else:
+            split_lengths = split_lengths.to(device)
+            if int(split_lengths.min()) < 1 or int(split_lengths.max()) > prefix_length:
+                raise ValueError(f"`split_lengths` must lie in [1, {prefix_length}] (the sequence length).")
+            hidden_states = self.decoder.forward_every_split(
+                **common,
+                split_lengths=split_lengths,
+                block_size=block_size,
+                glance_embeds=None if glance_ids is None else glance_embeds.flatten(1, 2),
+                glance_mask=None if glance_ids is None else (glance_ids >= 0).flatten(1, 2),
+            ).unflatten(1, (split_lengths.shape[0], block_size))
         logits = self._logits(hidden_states)
 
         loss = None
         if labels is not None:
             loss = F.cross_entropy(
                 logits.reshape(-1, logits.shape[-1]).float(),
-                labels.reshape(-1).to(logits.device),
+                self.to_draft_vocab(labels.reshape(-1).to(logits.device)),
                 ignore_index=-100,
                 label_smoothing=label_smoothing,
             )
@@ -714,6 +871,7 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel, Drafter):
         prefix_ids: torch.LongTensor,
         prefix_lengths: torch.LongTensor,
         block_size: int,
+        prefix_states: torch.FloatTensor | None = None,
     ) -> DraftProposal:
         """Draft the next `block_size` tokens of every row in one decoder pass.
 
@@ -727,10 +885,15 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel, Drafter):
                 Committed tokens of each row, starting with the decoder start token, right-padded.
             prefix_lengths (`torch.LongTensor` of shape `(batch_size,)`): Valid tokens per row.
             block_size (`int`): Number of tokens to draft (1 to `config.block_size`).
+            prefix_states (`torch.FloatTensor` of shape `(batch_size, >= max_prefix_length - 1, feature_width)`,
+                *optional*): The verifier's states (the `verifier_state_layers`, concatenated) at the committed
+                positions; required for a drafter with `prefix_feature_layers`. A row's last committed token has no
+                state yet, and none is read.
 
         Returns:
             [`~specdec_hf.drafting.DraftProposal`]: `draft_ids` `(batch_size, block_size)` (argmax of
-            `draft_logits`), `draft_logits` `(batch_size, block_size, vocab_size)` and the updated state.
+            `draft_logits`), `draft_logits` `(batch_size, block_size, vocab_size)` (`-inf` outside a reduced
+            vocabulary), `draft_confidence` (the drafter's probability of each draft) and the updated state.
         """
         block_size = self._check_block_size(block_size)
         device = self.shared.weight.device
@@ -745,8 +908,22 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel, Drafter):
         offsets = torch.arange(num_new, device=device)
         cache = self._reserve_prefix_cache(state, cache_length + num_new + block_size) if causal else None
 
+        previous_states = None
+        if self.feature_proj is not None:
+            # position p reads the state of p - 1: positions [cache_length, max_length) read [cache_length - 1, ...)
+            start = max(cache_length - 1, 0)
+            if prefix_states is None:
+                if max_length - 1 > start:
+                    raise ValueError(
+                        "This drafter reads the verifier's decoder states: pass `prefix_states` for prefixes longer "
+                        "than the start token (the speculative loop does so itself)."
+                    )
+                prefix_states = self.feature_proj.weight.new_zeros(prefix_ids.shape[0], 0, self.feature_proj.in_features)
+            previous_states = prefix_states[:, start : max_length - 1].to(device)
+            if cache_length == 0:
+                previous_states = F.pad(previous_states, (0, 0, 1, 0))
         hidden_states = self.decoder(
-            inputs_embeds=self._embed(prefix_ids[:, cache_length:max_length].to(device)),
+            inputs_embeds=self._embed_prefix(prefix_ids[:, cache_length:max_length].to(device), previous_states),
             prefix_positions=cache_length + offsets,
             prefix_mask=offsets < (prefix_lengths - cache_length)[:, None],
             mask_positions=prefix_lengths[:, None] + torch.arange(block_size, device=device),
@@ -755,13 +932,23 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel, Drafter):
             cache=cache,
             cache_length=cache_length,
         )
-        draft_logits = self._logits(hidden_states)
+        head_logits = self._logits(hidden_states).float()
         if causal:
             # positions below the shortest prefix are committed in every row: keep them, the rest is scratch
             state = replace(state, prefix_key_values=cache, cache_length=min_length)
         # argmax in float32: the same ids, and several times faster on CPU than on half-precision logits
-        draft_ids = draft_logits.float().argmax(dim=-1)
-        return DraftProposal(draft_ids=draft_ids, draft_logits=draft_logits, state=state)
+        best_logit, best_index = head_logits.max(dim=-1)
+        confidence = torch.exp(best_logit - torch.logsumexp(head_logits, dim=-1))
+        draft_logits = head_logits
+        if self.draft_vocab_ids is not None:
+            draft_logits = head_logits.new_full((*head_logits.shape[:-1], self.config.vocab_size), float("-inf"))
+            draft_logits[..., self.draft_vocab_ids] = head_logits
+        return DraftProposal(
+            draft_ids=self.from_draft_vocab(best_index),
+            draft_logits=draft_logits,
+            state=state,
+            draft_confidence=confidence,
+        )
 
     def _reserve_prefix_cache(
         self, state: SpecDrafterState, needed: int
@@ -803,7 +990,13 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel, Drafter):
     # ----------------------------------------------------------------------------------------------------------
 
     @classmethod
-    def from_verifier(cls, verifier: PreTrainedModel, block_size: int = 10, **overrides) -> SpecDrafterModel:
+    def from_verifier(
+        cls,
+        verifier: PreTrainedModel,
+        block_size: int = 10,
+        draft_vocab_ids: list[int] | torch.Tensor | None = None,
+        **overrides,
+    ) -> SpecDrafterModel:
         """Build a drafter for `verifier`, initialised from the verifier's encoder and embeddings.
 
         The drafter gets the verifier's vocabulary, special token ids and width; its encoder is the verifier family's
@@ -813,6 +1006,9 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel, Drafter):
         Args:
             verifier (`PreTrainedModel`): A BART, mBART, Marian, Pegasus, T5 or mT5 encoder-decoder model.
             block_size (`int`, *optional*, defaults to 10): Number of tokens drafted per call (k).
+            draft_vocab_ids (`list[int]` or `torch.LongTensor`, *optional*): A reduced-vocabulary LM head over these
+                verifier ids (distinct; e.g. the most frequent target tokens of the training data, see
+                `specdec_hf.training.frequent_token_ids`), its rows initialised from the verifier's output embedding.
             overrides: Any [`SpecDrafterConfig`] field, e.g. `decoder_layers=1`, `encoder_layers=3`,
                 `prefix_attention="causal"`, `use_verifier_encoder=True` (no encoder: nothing of the encoder is
                 built or copied; the drafter reads the verifier's encoder output).
@@ -877,8 +1073,13 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel, Drafter):
         }
         layers_key = _ENCODER_LAYERS_KEY.get(model_type, "encoder_layers")
         verifier_encoder_layers = getattr(verifier_config, layers_key)
-        encoder_layers = overrides.pop("encoder_layers", verifier_encoder_layers)
         use_verifier_encoder = overrides.get("use_verifier_encoder", False)
+        if use_verifier_encoder and "encoder_layers" in overrides:
+            raise ValueError(
+                "`encoder_layers` does nothing with `use_verifier_encoder=True` (the drafter has no encoder and reads "
+                "the verifier's encoder output): drop one of the two."
+            )
+        encoder_layers = overrides.pop("encoder_layers", verifier_encoder_layers)
         if not use_verifier_encoder:
             if not 1 <= encoder_layers <= verifier_encoder_layers:
                 raise ValueError(
@@ -893,6 +1094,14 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel, Drafter):
             kwargs["encoder_config"] = encoder_config
             kwargs["encoder_layers"] = encoder_layers
         kwargs.update(overrides)
+        if draft_vocab_ids is not None:
+            draft_vocab_ids = torch.as_tensor(draft_vocab_ids, dtype=torch.long).flatten()
+            if draft_vocab_ids.unique().numel() != draft_vocab_ids.numel():
+                raise ValueError("`draft_vocab_ids` must be distinct verifier ids.")
+            if int(draft_vocab_ids.min()) < 0 or int(draft_vocab_ids.max()) >= verifier_config.vocab_size:
+                raise ValueError(f"`draft_vocab_ids` must lie in [0, {verifier_config.vocab_size}) (the vocabulary).")
+            kwargs["draft_vocab_size"] = draft_vocab_ids.numel()
+            kwargs["tie_word_embeddings"] = False
 
         parameter = next(verifier.parameters())
         drafter = cls(SpecDrafterConfig(**kwargs)).to(device=parameter.device, dtype=parameter.dtype)
@@ -903,11 +1112,15 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel, Drafter):
             ):  # not with a narrower verifier-encoder drafter
                 drafter.shared.weight.copy_(verifier_embeddings)
             verifier_head = verifier.get_output_embeddings()
-            if not drafter.config.tie_word_embeddings and verifier_head.weight.shape == drafter.lm_head.weight.shape:
-                drafter.lm_head.weight.copy_(verifier_head.weight)
             verifier_bias = getattr(verifier, "final_logits_bias", None)
-            if verifier_bias is not None and verifier_bias.shape == drafter.final_logits_bias.shape:
-                drafter.final_logits_bias.copy_(verifier_bias)
+            head_rows = slice(None)
+            if draft_vocab_ids is not None:
+                drafter.draft_vocab_ids.copy_(draft_vocab_ids)
+                head_rows = draft_vocab_ids.to(verifier_head.weight.device)
+            if not drafter.config.tie_word_embeddings and verifier_head.weight.shape[1] == drafter.config.d_model:
+                drafter.lm_head.weight.copy_(verifier_head.weight[head_rows])
+            if verifier_bias is not None and verifier_bias.shape[1] == verifier_config.vocab_size:
+                drafter.final_logits_bias.copy_(verifier_bias[:, head_rows])
             if drafter.config.encoder_config is not None:
                 drafter._load_verifier_encoder(verifier.get_encoder())
         return drafter.eval()

@@ -1,15 +1,15 @@
-"""Configuration of `train_drafter.py`: a dataclass read from a YAML file, with command-line overrides."""
+"""Configuration of `train_drafter.py`: a dataclass read from a YAML file, with command-line overrides
+(`specdec_hf.config_parsing.parse_yaml_and_cli`)."""
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import yaml
-from transformers import HfArgumentParser
 
-__all__ = ["DrafterTrainingArguments", "parse_yaml_and_cli"]
+from .loss import DrafterLossSettings
+
+__all__ = ["DrafterTrainingArguments"]
 
 
 @dataclass
@@ -61,6 +61,27 @@ class DrafterTrainingArguments:
         default=0.0,
         metadata={"help": "GLAT: reveal this fraction of wrongly predicted slots in a second pass (0 disables)."},
     )
+    split_points: str = field(
+        default="random",
+        metadata={
+            "help": "'random': one split of each sequence per step (the paper); 'all': every split point of every "
+            "sequence in one forward pass (needs prefix_attention: causal)."
+        },
+    )
+    max_splits: int | None = field(
+        default=None, metadata={"help": "With split_points 'all': at most this many split points per batch."}
+    )
+    soft_label_weight: float = field(
+        default=0.0,
+        metadata={"help": "Weight of KL(verifier || drafter) at every drafted position (soft labels; 0 disables)."},
+    )
+    draft_vocab_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "Reduced-vocabulary head: the drafter scores only the N most frequent target tokens of "
+            "train_data (a new drafter only)."
+        },
+    )
     mixed_precision: str | None = field(
         default=None, metadata={"help": "no / fp16 / bf16; default: what `accelerate launch` was configured with."}
     )
@@ -91,40 +112,18 @@ class DrafterTrainingArguments:
         for name in positive + ("checkpointing_steps", "eval_steps", "logging_steps", "checkpoints_total_limit"):
             if getattr(self, name) < 1:
                 raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}.")
-        if not 0.0 <= self.glancing_ratio < 1.0:
-            raise ValueError(f"`glancing_ratio` must be in [0, 1), got {self.glancing_ratio}.")
-        if not 0.0 <= self.label_smoothing < 1.0:
-            raise ValueError(f"`label_smoothing` must be in [0, 1), got {self.label_smoothing}.")
+        self.loss_settings()  # validates the loss's fields
         if self.push_to_hub and not self.hub_model_id:
             raise ValueError("`push_to_hub` needs `hub_model_id` (e.g. your-name/bart-base-spec-drafter).")
         if isinstance(self.drafter_config, str):
             self.drafter_config = yaml.safe_load(self.drafter_config) or {}
 
-
-def parse_yaml_and_cli(dataclass_types, argv: list[str] | None = None):
-    """Parse `--config file.yaml` (values) and the remaining command line (overrides) into dataclasses.
-
-    YAML keys become the parser's defaults, so any `--name value` on the command line wins. Unknown YAML keys are
-    an error, as unknown flags are.
-    """
-    config_parser = argparse.ArgumentParser(add_help=False)
-    config_parser.add_argument("--config", type=str, default=None)
-    namespace, _ = config_parser.parse_known_args(argv)
-    parser = HfArgumentParser(dataclass_types)
-    parser.add_argument("--config", type=str, default=None, help="YAML file with the values of the fields.")
-    if namespace.config:
-        path = Path(namespace.config)
-        if not path.is_file():
-            raise FileNotFoundError(f"--config {path}: no such file.")
-        values = yaml.safe_load(path.read_text()) or {}
-        known = {action.dest for action in parser._actions}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"{path}: unknown keys {unknown}; `--help` lists the valid fields.")
-        parser.set_defaults(**values)
-        # YAML now provides the required fields: stop argparse from demanding them on the command line.
-        for action in parser._actions:
-            if action.dest in values:
-                action.required = False
-    *parsed, _config = parser.parse_args_into_dataclasses(args=argv)
-    return tuple(parsed)
+    def loss_settings(self) -> DrafterLossSettings:
+        """What each training batch's loss is made of (see `specdec_hf.training.loss`)."""
+        return DrafterLossSettings(
+            split_points=self.split_points,
+            max_splits=self.max_splits,
+            label_smoothing=self.label_smoothing,
+            glancing_ratio=self.glancing_ratio,
+            soft_label_weight=self.soft_label_weight,
+        )

@@ -1,8 +1,9 @@
-"""Drafter training examples: a random split of the verifier's output into prefix and next-k targets.
+"""Drafter training examples: splits of the verifier's output into prefix and next-k targets.
 
 Xia et al. (2023, arXiv 2203.16487, §3.1) train the Spec-Drafter on the verifier's own outputs (sequence-level
 distillation): for each target and step, pick a random split point, feed the prefix followed by k mask queries, and
-predict the k tokens after the split. Targets past the end of the sequence are ignored.
+predict the k tokens after the split. Targets past the end of the sequence are ignored. A drafter with a causal
+prefix can instead learn from every split point of a sequence in one forward pass (`every_split_labels`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["BlockExamples", "sample_block_examples"]
+__all__ = ["BlockExamples", "choose_split_lengths", "every_split_labels", "sample_block_examples"]
 
 
 @dataclass
@@ -67,3 +68,39 @@ def sample_block_examples(
     labels = target_ids.gather(1, label_positions.clamp(max=target_ids.shape[1] - 1))
     labels = torch.where(in_range, labels, -100)
     return BlockExamples(decoder_input_ids, prefix_mask.long(), labels)
+
+
+def choose_split_lengths(
+    max_length: int, max_splits: int | None = None, generator: torch.Generator | None = None
+) -> torch.LongTensor:
+    """Prefix lengths to train on in one pass: all of `1 .. max_length - 1`, or `max_splits` of them at random.
+
+    Returns:
+        `torch.LongTensor` of shape `(num_splits,)`, increasing.
+    """
+    lengths = torch.arange(1, max(max_length, 2))
+    if max_splits is not None and lengths.numel() > max_splits:
+        chosen = torch.randperm(lengths.numel(), generator=generator)[:max_splits]
+        lengths = lengths[chosen.sort().values]
+    return lengths
+
+
+def every_split_labels(
+    target_ids: torch.LongTensor, target_lengths: torch.LongTensor, split_lengths: torch.LongTensor, block_size: int
+) -> torch.LongTensor:
+    """The k tokens after each prefix length of `split_lengths`, for every row; -100 past the row's end.
+
+    Args:
+        target_ids (`torch.LongTensor` of shape `(batch_size, max_length)`): Right-padded verifier outputs.
+        target_lengths (`torch.LongTensor` of shape `(batch_size,)`): Valid tokens per row.
+        split_lengths (`torch.LongTensor` of shape `(num_splits,)`): Prefix lengths (shared by the rows).
+        block_size (`int`): k.
+
+    Returns:
+        `torch.LongTensor` of shape `(batch_size, num_splits, block_size)`.
+    """
+    device = target_ids.device
+    positions = split_lengths.to(device)[:, None] + torch.arange(block_size, device=device)  # (S, k)
+    labels = target_ids[:, positions.clamp(max=target_ids.shape[1] - 1)]
+    in_range = positions[None] < target_lengths.to(device)[:, None, None]
+    return torch.where(in_range, labels, -100)

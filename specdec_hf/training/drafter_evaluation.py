@@ -7,7 +7,7 @@ import torch
 from ..generation import speculative_generate
 from .block_examples import sample_block_examples
 from .collator import DistilledBatchCollator
-from .encoder_states import verifier_encoder_states
+from .loss import verifier_teacher_outputs
 
 __all__ = ["evaluate_drafter"]
 
@@ -25,7 +25,7 @@ def evaluate_drafter(
 
     Args:
         verifier (`PreTrainedModel`): The encoder-decoder verifier (eval mode).
-        drafter (`SpecDrafterModel`): The drafter being trained (switched to eval mode here, left in it).
+        drafter (`SpecDrafterModel`): The drafter being trained (in eval mode here; its mode is restored after).
         examples (`list[dict]`): Distilled examples with `input_ids` (source) and `target_ids` (verifier output).
         batch_size (`int`): Rows per `generate()` call.
         max_new_tokens (`int`): Generation length limit.
@@ -36,6 +36,7 @@ def evaluate_drafter(
         `accuracy_by_position` (teacher-forced: fraction of block position i predicted right after a random split)
         and `accuracy` (over all positions).
     """
+    was_training = drafter.training
     drafter.eval()
     device = next(verifier.parameters()).device
     pad = verifier.config.pad_token_id
@@ -62,19 +63,22 @@ def evaluate_drafter(
         blocks = sample_block_examples(
             batch["target_ids"].cpu(), batch["target_lengths"].cpu(), drafter.block_size, pad, generator
         )
+        teacher = verifier_teacher_outputs(verifier, drafter, batch, soft_labels=False)
+        prefix_length = blocks.decoder_input_ids.shape[1]
         logits = drafter(
             input_ids=batch["input_ids"],
             attention_mask=batch["attention_mask"],
             decoder_input_ids=blocks.decoder_input_ids.to(device),
             decoder_attention_mask=blocks.decoder_attention_mask.to(device),
-            encoder_hidden_states=verifier_encoder_states(
-                verifier, drafter, batch["input_ids"], batch["attention_mask"]
-            ),
+            encoder_hidden_states=teacher.encoder_states,
+            verifier_states=None if teacher.decoder_states is None else teacher.decoder_states[:, :prefix_length],
         ).logits
         valid = blocks.labels != -100
-        correct += ((logits.argmax(-1).cpu() == blocks.labels) & valid).sum(0).float()
+        predictions = drafter.from_draft_vocab(logits.argmax(-1)).cpu()
+        correct += ((predictions == blocks.labels) & valid).sum(0).float()
         counted += valid.sum(0).float()
     by_position = (correct / counted.clamp(min=1)).tolist()
+    drafter.train(was_training)
     return {
         "tokens_per_iteration": generated / max(iterations, 1),
         "accuracy_by_position": by_position,

@@ -1,7 +1,7 @@
 """Distillation of a drafter on in-memory tensors: for quick experiments, examples and tests.
 
-`train_drafter.py` is the full trainer (Accelerate, datasets, checkpoints); this is the same objective in a
-dozen lines, for data that fits in memory: the verifier's greedy outputs on a batch of sources.
+`train_drafter.py` is the full trainer (Accelerate, datasets, checkpoints); this runs the same training step
+(`specdec_hf.training.loss`) for data that fits in memory: the verifier's greedy outputs on a batch of sources.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from ..distillation import lengths_up_to_eos
-from .block_examples import sample_block_examples
+from .loss import DrafterLossSettings, drafter_training_loss
 
 __all__ = ["distill_greedy_outputs", "fit_drafter_in_memory"]
 
@@ -38,34 +38,45 @@ def fit_drafter_in_memory(
     learning_rate: float = 3e-3,
     label_smoothing: float = 0.1,
     seed: int = 0,
+    verifier=None,
+    settings: DrafterLossSettings | None = None,
 ) -> list[float]:
-    """Train `drafter` with random prefix / next-k splits of `targets` (Adam, constant learning rate).
+    """Train `drafter` on `targets` with the training step of `train_drafter.py` (Adam, constant learning rate).
 
     Args:
         drafter (`SpecDrafterModel`): Trained in place; left in eval mode.
         input_ids, attention_mask (`torch.LongTensor` of shape `(num_examples, source_length)`): Sources.
         targets (`torch.LongTensor` of shape `(num_examples, target_length)`): Verifier outputs, start token first.
         target_lengths (`torch.LongTensor` of shape `(num_examples,)`): Valid target tokens per example.
+        verifier (`PreTrainedModel`, *optional*): The frozen verifier; needed by drafters that read its encoder
+            output or decoder states, and for soft labels.
+        settings ([`DrafterLossSettings`], *optional*): The loss (default: one random split per sequence, label
+            smoothing `label_smoothing`).
 
     Returns:
         `list[float]`: the loss of every step.
     """
+    settings = settings or DrafterLossSettings(label_smoothing=label_smoothing)
+    needs_verifier = (
+        drafter.config.use_verifier_encoder or drafter.config.prefix_feature_layers or settings.soft_label_weight > 0
+    )
+    if needs_verifier and verifier is None:
+        raise ValueError(
+            "This drafter (or soft labels) needs the verifier's states: pass `verifier=` to fit_drafter_in_memory."
+        )
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.Adam(drafter.parameters(), lr=learning_rate)
-    pad = drafter.config.pad_token_id
     losses = []
     drafter.train()
     for _ in range(steps):
         rows = torch.randint(0, input_ids.shape[0], (batch_size,), generator=generator)
-        batch = sample_block_examples(targets[rows], target_lengths[rows], drafter.block_size, pad, generator)
-        loss = drafter(
-            input_ids=input_ids[rows],
-            attention_mask=attention_mask[rows],
-            decoder_input_ids=batch.decoder_input_ids,
-            decoder_attention_mask=batch.decoder_attention_mask,
-            labels=batch.labels,
-            label_smoothing=label_smoothing,
-        ).loss
+        batch = {
+            "input_ids": input_ids[rows],
+            "attention_mask": attention_mask[rows],
+            "target_ids": targets[rows],
+            "target_lengths": target_lengths[rows],
+        }
+        loss, _ = drafter_training_loss(drafter, verifier, batch, settings, generator)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

@@ -8,7 +8,7 @@ from conftest import VOCAB_SIZE, build_verifier, make_source_batch
 from oracle_drafters import RandomDrafter
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from specdec_hf import enable_speculative_decoding, speculative_generate
+from specdec_hf import SpecDrafterModel, enable_speculative_decoding, speculative_generate
 
 
 @pytest.fixture
@@ -74,5 +74,16 @@ def test_enabled_model_rejects_misplaced_arguments(bart, inputs):
         bart.generate(**inputs, beta=3)
     with pytest.raises(ValueError, match="batch size 1"):
         bart.generate(**inputs, drafter=RandomDrafter(VOCAB_SIZE), streamer=object(), max_new_tokens=3)
-    with pytest.raises(ValueError, match="custom_generate"):
-        bart.generate(**inputs, drafter=RandomDrafter(VOCAB_SIZE), custom_generate=speculative_generate)
+    with pytest.raises(ValueError, match="custom_generate=speculative_generate"):
+        bart.generate(**inputs, drafter=RandomDrafter(VOCAB_SIZE), custom_generate=lambda *a, **k: None)
+    with pytest.raises(ValueError, match="`block_size` must be at most the drafter's 4"):
+        bart.generate(**inputs, drafter=SpecDrafterModel.from_verifier(bart, block_size=4), block_size=20)
+
+
+def test_enabled_model_accepts_the_transformers_route_too(bart, inputs):
+    """A user (or a library) passing custom_generate=speculative_generate after the opt-in gets speculative decoding."""
+    drafter = RandomDrafter(VOCAB_SIZE)
+    expected = bart.generate(**inputs, custom_generate=speculative_generate, drafter=drafter, max_new_tokens=8)
+    enable_speculative_decoding(bart)
+    both = bart.generate(**inputs, custom_generate=speculative_generate, drafter=drafter, max_new_tokens=8)
+    assert torch.equal(both, expected)

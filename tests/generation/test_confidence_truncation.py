@@ -1,0 +1,89 @@
+"""Confidence-truncated verification (`draft_confidence_threshold`): fewer drafts verified, the same output."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import VOCAB_SIZE, build_verifier, make_source_batch
+from oracle_drafters import ConfidentOracleDrafter
+
+from specdec_hf import speculative_generate
+from specdec_hf.generation.speculative_loop import confident_draft_counts
+
+GREEDY = dict(do_sample=False, num_beams=1)
+
+
+def test_confident_draft_counts():
+    confidence = torch.tensor([[0.9, 0.9, 0.9, 0.1], [0.05, 0.9, 0.9, 0.9], [1.0, 1.0, 1.0, 1.0]])
+    assert confident_draft_counts(confidence, 0.5).tolist() == [3, 1, 4]  # never zero: the first draft always
+    assert confident_draft_counts(confidence, 0.0).tolist() == [4, 4, 4]
+    assert confident_draft_counts(confidence, 1.0).tolist() == [1, 1, 4]
+
+
+@pytest.mark.parametrize("processors", [False, True], ids=["all_positions_at_once", "per_position"])
+@pytest.mark.parametrize("batch_size", [1, 4])
+@pytest.mark.parametrize("block_size", [4, 10])
+@pytest.mark.parametrize("accuracy", ["right", "half"])
+def test_truncated_verification_equals_greedy(family, batch_size, block_size, accuracy, processors):
+    model = build_verifier(family)
+    inputs = make_source_batch(batch_size, seed=3, pad_token_id=model.config.pad_token_id)
+    options = dict(max_new_tokens=20, repetition_penalty=1.2) if processors else dict(max_new_tokens=20)
+    reference = model.generate(**inputs, **GREEDY, **options)
+    full = model.generate(
+        **inputs,
+        **GREEDY,
+        **options,
+        custom_generate=speculative_generate,
+        return_dict_in_generate=True,
+        drafter=ConfidentOracleDrafter(reference, VOCAB_SIZE, block_size, accuracy),
+    )
+    truncated = model.generate(
+        **inputs,
+        **GREEDY,
+        **options,
+        custom_generate=speculative_generate,
+        return_dict_in_generate=True,
+        drafter=ConfidentOracleDrafter(reference, VOCAB_SIZE, block_size, accuracy),
+        draft_confidence_threshold=0.3,
+    )
+    assert torch.equal(full.sequences, reference) and torch.equal(truncated.sequences, reference)
+    stats = truncated.speculative_stats
+    assert sum(stats.drafted_tokens) < sum(full.speculative_stats.drafted_tokens)
+    assert sum(stats.drafted_tokens) < stats.proposed_tokens
+    if batch_size > 1:  # rows were cut at different lengths: some verified past position 1, some stopped there
+        assert stats.drafted_at_position[1] < stats.drafted_at_position[0]
+
+
+def test_threshold_one_verifies_exactly_one_draft_per_row():
+    model = build_verifier("bart")
+    inputs = make_source_batch(4, pad_token_id=1)
+    reference = model.generate(**inputs, **GREEDY, max_new_tokens=16)
+    output = model.generate(
+        **inputs,
+        **GREEDY,
+        max_new_tokens=16,
+        custom_generate=speculative_generate,
+        return_dict_in_generate=True,
+        drafter=ConfidentOracleDrafter(reference, VOCAB_SIZE, 4, "right"),
+        draft_confidence_threshold=1.0,
+    )
+    assert torch.equal(output.sequences, reference)
+    stats = output.speculative_stats
+    assert stats.drafted_at_position[1:] == [0, 0, 0]
+    # one verified draft in every iteration that had length budget left (the last one of a row may have none)
+    assert stats.drafted_at_position[0] >= sum(stats.iterations) - 4 > 0
+
+
+@pytest.mark.parametrize("threshold", [-0.1, 1.5, "0.5", True])
+def test_bad_threshold_is_rejected(threshold):
+    model = build_verifier("bart")
+    inputs = make_source_batch(1, pad_token_id=1)
+    drafter = ConfidentOracleDrafter(model.generate(**inputs, max_new_tokens=4), VOCAB_SIZE, 4)
+    with pytest.raises(ValueError, match="draft_confidence_threshold"):
+        model.generate(
+            **inputs,
+            max_new_tokens=4,
+            custom_generate=speculative_generate,
+            drafter=drafter,
+            draft_confidence_threshold=threshold,
+        )
