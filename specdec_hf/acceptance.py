@@ -16,7 +16,7 @@ import math
 
 import torch
 
-__all__ = ["accept_drafts", "count_accepted", "validate_acceptance_arguments"]
+__all__ = ["accept_drafts", "commit_accepted_prefix", "count_accepted", "validate_acceptance_arguments"]
 
 
 def validate_acceptance_arguments(beta: object, tau: object, block_size: object) -> None:
@@ -66,3 +66,32 @@ def count_accepted(accepted: torch.Tensor) -> torch.LongTensor:
         `torch.LongTensor` of shape `(batch_size,)`: number of drafts accepted before the first rejection.
     """
     return accepted.long().cumprod(dim=-1).sum(dim=-1)
+
+
+def commit_accepted_prefix(
+    draft_ids: torch.LongTensor,
+    accepted: torch.BoolTensor,
+    stop_tokens: torch.LongTensor,
+    budgets: torch.LongTensor,
+) -> tuple[torch.LongTensor, torch.LongTensor]:
+    """Keep each row's leading run of accepted drafts, then append the verifier's token where the run stops.
+
+    Args:
+        draft_ids (`torch.LongTensor` of shape `(rows, k)`): The drafts.
+        accepted (`torch.BoolTensor` of shape `(rows, k)`): Whether each draft passes the rule at its position.
+        stop_tokens (`torch.LongTensor` of shape `(rows, k + 1)`): The token emitted when the run stops at each
+            position (the verifier's top-1 in greedy mode; position k is the bonus token).
+        budgets (`torch.LongTensor` of shape `(rows,)`): The most drafts a row may accept (its length budget, or the
+            drafts it verified).
+
+    Returns:
+        `(new_tokens, num_accepted)`: `(rows, k + 1)` tokens whose first `num_accepted + 1` are appended, and
+        `(rows,)` accepted counts.
+    """
+    num_accepted = (
+        torch.minimum(count_accepted(accepted), budgets) if draft_ids.shape[1] else torch.zeros_like(budgets)
+    )
+    offsets = torch.arange(stop_tokens.shape[1], device=draft_ids.device).unsqueeze(0)
+    drafts_then_stop = torch.cat([draft_ids, stop_tokens[:, draft_ids.shape[1] :]], dim=1)
+    new_tokens = torch.where(offsets < num_accepted.unsqueeze(1), drafts_then_stop, stop_tokens)
+    return new_tokens, num_accepted

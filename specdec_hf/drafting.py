@@ -48,12 +48,17 @@ class DraftProposal:
         draft_confidence (`torch.FloatTensor` of shape `(batch_size, block_size)`, *optional*):
             The drafter's probability of each draft; confidence-truncated verification (`draft_confidence_threshold`)
             verifies only the leading drafts whose running product stays above a threshold.
+        draft_vocab_ids (`torch.LongTensor` of shape `(head_size,)`, *optional*):
+            For a drafter with a reduced-vocabulary head: the verifier ids that the last dimension of `draft_logits`
+            scores (shape `(batch_size, block_size, head_size)`); every other id has probability 0. `None`: the
+            last dimension is the whole vocabulary.
     """
 
     draft_ids: torch.LongTensor
     draft_logits: torch.FloatTensor | None
     state: Any
     draft_confidence: torch.FloatTensor | None = None
+    draft_vocab_ids: torch.LongTensor | None = None
 
 
 class Drafter(ABC):

@@ -16,7 +16,10 @@ __all__ = ["draft_distribution", "sample_drafts", "speculative_sampling_step"]
 
 
 def draft_distribution(
-    draft_logits: torch.FloatTensor | None, draft_ids: torch.LongTensor, vocab_size: int
+    draft_logits: torch.FloatTensor | None,
+    draft_ids: torch.LongTensor,
+    vocab_size: int,
+    draft_vocab_ids: torch.LongTensor | None = None,
 ) -> torch.FloatTensor:
     """The proposal q of every drafted position.
 
@@ -27,13 +30,20 @@ def draft_distribution(
         draft_ids (`torch.LongTensor` of shape `(rows, k)`): The drafter's own proposal (used when there are no
             logits).
         vocab_size (`int`): The verifier's vocabulary size.
+        draft_vocab_ids (`torch.LongTensor` of shape `(head_size,)`, *optional*): The verifier ids that the last
+            dimension of `draft_logits` scores (a reduced drafter head); q is 0 on every other id.
 
     Returns:
         `torch.FloatTensor` of shape `(rows, k, vocab_size)`: probabilities.
     """
     if draft_logits is None:
         return torch.nn.functional.one_hot(draft_ids, vocab_size).float()
-    return torch.softmax(draft_logits.float(), dim=-1)
+    q = torch.softmax(draft_logits.float(), dim=-1)
+    if draft_vocab_ids is None:
+        return q
+    full = q.new_zeros((*q.shape[:-1], vocab_size))
+    full[..., draft_vocab_ids.to(q.device)] = q
+    return full
 
 
 def sample_drafts(q: torch.FloatTensor, generator: torch.Generator | None = None) -> torch.LongTensor:

@@ -81,3 +81,20 @@ def test_works_on_blocks():
 def test_validation_names_the_argument(beta, tau, block_size, name):
     with pytest.raises(ValueError, match=f"`{name}`"):
         validate_acceptance_arguments(beta, tau, block_size)
+
+
+def test_commit_accepted_prefix_keeps_the_run_then_the_verifier_token():
+    from specdec_hf.acceptance import commit_accepted_prefix
+
+    drafts = torch.tensor([[5, 6, 7], [5, 6, 7], [5, 6, 7]])
+    accepted = torch.tensor([[True, False, True], [True, True, True], [True, True, True]])
+    stop_tokens = torch.tensor([[50, 60, 70, 80], [50, 60, 70, 80], [50, 60, 70, 80]])
+    budgets = torch.tensor([3, 3, 1])
+    new_tokens, num_accepted = commit_accepted_prefix(drafts, accepted, stop_tokens, budgets)
+    assert num_accepted.tolist() == [1, 3, 1]  # a later accepted draft after a rejection does not count
+    # the first num_accepted + 1 tokens are appended: the drafts, then the verifier's token at the stop
+    assert [row[: n + 1] for row, n in zip(new_tokens.tolist(), num_accepted.tolist(), strict=True)] == [
+        [5, 60],
+        [5, 6, 7, 80],
+        [5, 60],
+    ]

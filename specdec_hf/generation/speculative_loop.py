@@ -36,7 +36,7 @@ from transformers.generation.logits_process import (
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria, StoppingCriteriaList
 from transformers.modeling_outputs import BaseModelOutput
 
-from ..acceptance import accept_drafts, count_accepted
+from ..acceptance import accept_drafts, commit_accepted_prefix, count_accepted
 from ..drafting import Drafter
 from ..speculative_sampling import draft_distribution, sample_drafts, speculative_sampling_step
 from .processor_gating import processors_acting_on
@@ -203,12 +203,16 @@ def run_speculative_loop(
 
         # 3. Select the accepted tokens (position by position only where a processor can change the scores)
         acting = processors_acting_on(logits_processor, shortest, longest + k)
-        if len(acting) == 0 and not config.do_sample:
+        if config.do_sample:
+            scores, new_tokens, num_accepted = _judge_sampling_per_position(
+                logits, drafts, proposal_q, budgets, committed, lengths_t, acting
+            )
+        elif len(acting) == 0:
             scores = logits
             new_tokens, num_accepted = _accept_without_processors(scores, drafts, budgets, config)
         else:
-            scores, new_tokens, num_accepted = _select_per_position(
-                logits, drafts, proposal_q, budgets, committed, lengths_t, acting, config
+            scores, new_tokens, num_accepted = _judge_greedy_per_position(
+                logits, drafts, budgets, committed, lengths_t, acting, config
             )
         num_new = num_accepted + 1
 
@@ -369,23 +373,18 @@ def _accept_without_processors(
     """Vectorised acceptance when the scores need no processing: all k+1 positions at once."""
     top1 = scores.argmax(dim=-1)  # (rows, k + 1)
     k = drafts.shape[1]
-    if k == 0:
-        return top1, torch.zeros_like(budgets)
     if config.beta == 1:
         accepted = drafts == top1[:, :k]
     else:
         accepted = accept_drafts(scores[:, :k], drafts, config.beta, config.tau)
-    num_accepted = torch.minimum(count_accepted(accepted), budgets)
-    offsets = torch.arange(k + 1, device=drafts.device).unsqueeze(0)
-    drafts_then_top1 = torch.cat([drafts, top1[:, k:]], dim=1)
-    new_tokens = torch.where(offsets < num_accepted.unsqueeze(1), drafts_then_top1, top1)
-    return new_tokens, num_accepted
+    return commit_accepted_prefix(drafts, accepted, top1, budgets)
 
 
 def _sample_proposal(proposal, drafts, committed, logits_processor, vocab_size):
     """Sampling mode: warp the drafter's logits like the verifier's, and draw the drafts from that proposal q."""
     if proposal.draft_logits is None:
         return drafts, draft_distribution(None, drafts, vocab_size)
+    # a reduced head's logits cover some ids only; the warpers (temperature, top-k/p, ...) act on them the same way
     rows, k = drafts.shape
     logits = proposal.draft_logits[:, :k].to(committed.device).float().reshape(rows * k, -1)
     warpers = [processor for processor in logits_processor if isinstance(processor, _WARPERS)]
@@ -394,60 +393,52 @@ def _sample_proposal(proposal, drafts, committed, logits_processor, vocab_size):
         prefixes = committed.repeat_interleave(k, dim=0)
         for warper in warpers:
             logits = warper(prefixes, logits)
-    q = draft_distribution(logits.reshape(rows, k, -1), drafts, vocab_size)
+    q = draft_distribution(logits.reshape(rows, k, -1), drafts, vocab_size, proposal.draft_vocab_ids)
     return sample_drafts(q), q
 
 
-def _select_per_position(
+def _drafts_after_committed(committed: torch.LongTensor, lengths: torch.LongTensor, drafts: torch.LongTensor):
+    """Committed tokens followed by the drafts: verified position i of row r has the prefix `[r, :len_r + i]`."""
+    prefixes = committed.clone()
+    if drafts.shape[1] > 0:
+        prefixes.scatter_(1, lengths.unsqueeze(1) + torch.arange(drafts.shape[1], device=drafts.device), drafts)
+    return prefixes
+
+
+def _judge_greedy_per_position(
     logits: torch.FloatTensor,
     drafts: torch.LongTensor,
-    proposal_q: torch.FloatTensor | None,
     budgets: torch.LongTensor,
     committed: torch.LongTensor,
     lengths: torch.LongTensor,
     logits_processor: LogitsProcessorList,
     config: SpeculativeLoopConfig,
 ) -> tuple[torch.FloatTensor, torch.LongTensor, torch.LongTensor]:
-    """Judge the drafts position by position, each position's scores processed with its exact prefix.
-
-    Greedy mode applies the top-β/τ rule and emits the verifier's top-1 where it stops; sampling mode applies
-    speculative sampling and emits a residual sample at a rejection, or a sample from p where the length budget or
-    the block ends.
+    """Greedy mode, position by position: each position's scores processed with its exact prefix, the top-β/τ rule,
+    the verifier's top-1 where a row stops (or where its length budget ends).
 
     Returns the processed scores `(rows, k + 1, vocab)` (zeros where a row had already stopped), the tokens to
     append `(rows, k + 1)` and the number of accepted drafts per row.
     """
     rows, k = drafts.shape
-    device = drafts.device
-    # committed tokens followed by the drafts: the prefix of verified position i of row r is prefixes[r, :len_r + i]
-    prefixes = committed.clone()
-    if k > 0:
-        prefixes.scatter_(1, lengths.unsqueeze(1) + torch.arange(k, device=device), drafts)
+    prefixes = _drafts_after_committed(committed, lengths, drafts)
     scores = torch.zeros_like(logits)
-    new_tokens = torch.empty((rows, k + 1), dtype=torch.long, device=device)
-    num_accepted = torch.zeros(rows, dtype=torch.long, device=device)
-    running = torch.arange(rows, device=device)
+    new_tokens = torch.empty((rows, k + 1), dtype=torch.long, device=drafts.device)
+    num_accepted = torch.zeros(rows, dtype=torch.long, device=drafts.device)
+    running = torch.arange(rows, device=drafts.device)
     for position in range(k + 1):
         processed = _process_by_length(
             logits_processor, prefixes, lengths + position, running, logits[running, position]
         )
         scores[running, position] = processed
-        if config.do_sample:
-            p = torch.softmax(processed, dim=-1)
+        top1 = processed.argmax(dim=-1)
         if position == k:
-            new_tokens[running, position] = _fresh_token(processed, p if config.do_sample else None)
+            new_tokens[running, position] = top1
             break
         draft = drafts[running, position]
-        if config.do_sample:
-            accepted, stop_token = speculative_sampling_step(p, proposal_q[running, position], draft)
-        else:
-            accepted, stop_token = accept_drafts(processed, draft, config.beta, config.tau), processed.argmax(dim=-1)
-        in_budget = budgets[running] > position
-        if not bool(in_budget.all()):
-            # the length budget, not the rule, ends these rows: emit what plain decoding would emit here
-            stop_token = torch.where(in_budget, stop_token, _fresh_token(processed, p if config.do_sample else None))
-            accepted &= in_budget
-        new_tokens[running, position] = torch.where(accepted, draft, stop_token)
+        # the length budget, not the rule, ends a row whose budget is spent: it emits the top-1, as greedy would
+        accepted = accept_drafts(processed, draft, config.beta, config.tau) & (budgets[running] > position)
+        new_tokens[running, position] = torch.where(accepted, draft, top1)
         num_accepted[running[accepted]] += 1
         running = running[accepted]
         if running.numel() == 0:
@@ -455,11 +446,46 @@ def _select_per_position(
     return scores, new_tokens, num_accepted
 
 
-def _fresh_token(processed: torch.FloatTensor, probabilities: torch.FloatTensor | None) -> torch.LongTensor:
-    """The token plain decoding would pick from these scores: a sample from p when sampling, else the argmax."""
-    if probabilities is not None:
-        return torch.multinomial(probabilities, 1).squeeze(1)
-    return processed.argmax(dim=-1)
+def _judge_sampling_per_position(
+    logits: torch.FloatTensor,
+    drafts: torch.LongTensor,
+    proposal_q: torch.FloatTensor,
+    budgets: torch.LongTensor,
+    committed: torch.LongTensor,
+    lengths: torch.LongTensor,
+    logits_processor: LogitsProcessorList,
+) -> tuple[torch.FloatTensor, torch.LongTensor, torch.LongTensor]:
+    """Sampling mode, position by position: speculative sampling against the processed p; a residual sample at a
+    rejection, a sample from p where the block or a row's length budget ends. Returns as
+    `_judge_greedy_per_position`."""
+    rows, k = drafts.shape
+    prefixes = _drafts_after_committed(committed, lengths, drafts)
+    scores = torch.zeros_like(logits)
+    new_tokens = torch.empty((rows, k + 1), dtype=torch.long, device=drafts.device)
+    num_accepted = torch.zeros(rows, dtype=torch.long, device=drafts.device)
+    running = torch.arange(rows, device=drafts.device)
+    for position in range(k + 1):
+        processed = _process_by_length(
+            logits_processor, prefixes, lengths + position, running, logits[running, position]
+        )
+        scores[running, position] = processed
+        p = torch.softmax(processed, dim=-1)
+        if position == k:
+            new_tokens[running, position] = torch.multinomial(p, 1).squeeze(1)
+            break
+        draft = drafts[running, position]
+        accepted, stop_token = speculative_sampling_step(p, proposal_q[running, position], draft)
+        in_budget = budgets[running] > position
+        if not bool(in_budget.all()):
+            # a spent budget ends these rows: emit what plain sampling would emit here, a sample from p
+            stop_token = torch.where(in_budget, stop_token, torch.multinomial(p, 1).squeeze(1))
+            accepted &= in_budget
+        new_tokens[running, position] = torch.where(accepted, draft, stop_token)
+        num_accepted[running[accepted]] += 1
+        running = running[accepted]
+        if running.numel() == 0:
+            break
+    return scores, new_tokens, num_accepted
 
 
 def _process_by_length(

@@ -892,8 +892,9 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel, Drafter):
 
         Returns:
             [`~specdec_hf.drafting.DraftProposal`]: `draft_ids` `(batch_size, block_size)` (argmax of
-            `draft_logits`), `draft_logits` `(batch_size, block_size, vocab_size)` (`-inf` outside a reduced
-            vocabulary), `draft_confidence` (the drafter's probability of each draft) and the updated state.
+            `draft_logits`), `draft_logits` `(batch_size, block_size, head_size)` in float32 (over the ids of
+            `draft_vocab_ids` for a reduced head), `draft_confidence` (the drafter's probability of each draft) and
+            the updated state.
         """
         block_size = self._check_block_size(block_size)
         device = self.shared.weight.device
@@ -939,15 +940,12 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel, Drafter):
         # argmax in float32: the same ids, and several times faster on CPU than on half-precision logits
         best_logit, best_index = head_logits.max(dim=-1)
         confidence = torch.exp(best_logit - torch.logsumexp(head_logits, dim=-1))
-        draft_logits = head_logits
-        if self.draft_vocab_ids is not None:
-            draft_logits = head_logits.new_full((*head_logits.shape[:-1], self.config.vocab_size), float("-inf"))
-            draft_logits[..., self.draft_vocab_ids] = head_logits
         return DraftProposal(
             draft_ids=self.from_draft_vocab(best_index),
-            draft_logits=draft_logits,
+            draft_logits=head_logits,
             state=state,
             draft_confidence=confidence,
+            draft_vocab_ids=self.draft_vocab_ids,
         )
 
     def _reserve_prefix_cache(

@@ -57,6 +57,17 @@ def _drafter(name, verifier, source, warping):
     if name == "spec_drafter":  # untrained: a full but bad proposal distribution q
         torch.manual_seed(1)
         return SpecDrafterModel.from_verifier(verifier, block_size=2, decoder_layers=1, d_model=16).eval()
+    if name == "reduced_head_features":  # q over part of the vocabulary only, drafting from the verifier's states
+        torch.manual_seed(1)
+        return SpecDrafterModel.from_verifier(
+            verifier,
+            block_size=3,
+            draft_vocab_ids=list(range(0, VOCAB, 2)),
+            decoder_layers=1,
+            prefix_attention="causal",
+            use_verifier_encoder=True,
+            prefix_feature_layers=[-1],
+        ).eval()
     if name == "random":  # no distribution at all: q is a point mass on random tokens
         return RandomDrafter(VOCAB, block_size=4, seed=2)
     # good: a point mass on the verifier's greedy continuation, its most likely one
@@ -80,13 +91,21 @@ def chi_square_p_value(first: torch.Tensor, second: torch.Tensor) -> float:
     return float(torch.special.gammaincc(torch.tensor(dof / 2.0, dtype=torch.double), statistic / 2))
 
 
-@pytest.mark.parametrize("drafter_name", ["spec_drafter", "random", "oracle"])
+@pytest.mark.parametrize("drafter_name", ["spec_drafter", "random", "oracle", "reduced_head_features", "truncated"])
 @pytest.mark.parametrize("warping", list(WARPING))
 def test_output_distribution_matches_plain_sampling(verifier, source, drafter_name, warping):
     reference = _sample(verifier, source, seed=10, **WARPING[warping])
-    drafter = _drafter(drafter_name, verifier, source, WARPING[warping])
+    # truncated: the Spec-Drafter, verifying only the drafts its confidence keeps
+    truncation = {"draft_confidence_threshold": 0.5} if drafter_name == "truncated" else {}
+    drafter = _drafter("spec_drafter" if truncation else drafter_name, verifier, source, WARPING[warping])
     speculative = _sample(
-        verifier, source, seed=11, **WARPING[warping], custom_generate=speculative_generate, drafter=drafter
+        verifier,
+        source,
+        seed=11,
+        **WARPING[warping],
+        **truncation,
+        custom_generate=speculative_generate,
+        drafter=drafter,
     )
     assert len(torch.unique(reference, dim=0)) > 5, "the fixture should have a spread-out output distribution"
     assert chi_square_p_value(reference, speculative) > 0.001

@@ -8,6 +8,7 @@ from conftest import VOCAB_SIZE, build_verifier, make_source_batch
 from test_modeling_spec_drafter import tiny_config as base_tiny_config
 
 from specdec_hf.models import SpecDrafterConfig, SpecDrafterModel
+from specdec_hf.speculative_sampling import draft_distribution
 
 ATOL = 1e-5
 
@@ -113,10 +114,12 @@ def test_reduced_head_proposes_only_its_ids_and_round_trips(tmp_path):
     state = drafter.init_drafting_state(source["input_ids"], source["attention_mask"], encoder_states)
     proposal = drafter.propose(state, prefix, torch.tensor([3, 2, 1]), 4)
     assert torch.isin(proposal.draft_ids, kept).all()
-    assert proposal.draft_logits.shape == (3, 4, VOCAB_SIZE)
+    assert proposal.draft_logits.shape == (3, 4, 7) and torch.equal(proposal.draft_vocab_ids, kept)
+    # the proposal distribution of sampling: zero outside the head's ids
+    q = draft_distribution(proposal.draft_logits, proposal.draft_ids, VOCAB_SIZE, proposal.draft_vocab_ids)
     outside = torch.ones(VOCAB_SIZE, dtype=torch.bool)
     outside[kept] = False
-    assert torch.isinf(proposal.draft_logits[..., outside]).all()
+    assert (q[..., outside] == 0).all() and torch.allclose(q.sum(-1), torch.ones(3, 4))
     assert ((proposal.draft_confidence > 0) & (proposal.draft_confidence <= 1)).all()
 
     drafter.save_pretrained(tmp_path)
