@@ -1,9 +1,10 @@
 """Train a Spec-Drafter for a verifier by sequence-level distillation (Xia et al., 2023, arXiv 2203.16487, §3.1).
 
 The training data is the verifier's own output on the training sources (`python -m specdec_hf.distillation`):
-the drafter learns what the *verifier* will say. Each step draws a random split of every target into a prefix and
-the next k tokens and trains label-smoothed cross-entropy on those k tokens (positions past EOS ignored);
-`--glancing_ratio` adds GLAT-style glancing.
+the drafter learns what the *verifier* will say. Each step trains label-smoothed cross-entropy on the k tokens after
+a random split of every target (the paper), or after every split point in one pass (`--split_points all`), with
+optional soft labels from the verifier (`--soft_label_weight`) and GLAT-style glancing (`--glancing_ratio`); the
+step itself is `specdec_hf.training.loss.drafter_training_loss`, shared with the in-memory trainer.
 
     accelerate launch train_drafter.py --config configs/train/debian_en_de.yaml [--max_steps 2000 ...]
     accelerate launch --config_file configs/accelerate/multi_gpu.yaml train_drafter.py --config ...
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -181,8 +183,12 @@ def training_function(args: DrafterTrainingArguments) -> dict:
         state = read_training_state(checkpoint)
         logger.info(f"resumed from {checkpoint} at step {state['step']}", main_process_only=True)
 
+    # redirected to a file, a bar would flood it: the periodic log lines report progress instead
     progress = tqdm(
-        total=args.max_steps, initial=state["step"], disable=not accelerator.is_local_main_process, desc="train"
+        total=args.max_steps,
+        initial=state["step"],
+        disable=not accelerator.is_local_main_process or not sys.stderr.isatty(),
+        desc="train",
     )
     metrics: dict = {}
     window_loss, window_tokens, window_start = 0.0, 0, time.perf_counter()
@@ -266,7 +272,15 @@ def _save_final(accelerator, drafter, args: DrafterTrainingArguments, steps: int
     model = accelerator.unwrap_model(drafter)
     model.save_pretrained(args.output_dir, safe_serialization=True)
     Path(args.output_dir, "eval_results.json").write_text(json.dumps({"step": steps, **metrics}, indent=2))
-    write_model_card(args.output_dir, model, args.verifier_name_or_path, args.dataset_description, steps, metrics)
+    write_model_card(
+        args.output_dir,
+        model,
+        args.verifier_name_or_path,
+        args.dataset_description,
+        steps,
+        metrics,
+        objective=args.loss_settings().describe(model.block_size),
+    )
     logger.info(f"saved the drafter to {args.output_dir}")
     if args.push_to_hub:
         from huggingface_hub import HfApi

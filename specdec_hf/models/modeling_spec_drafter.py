@@ -258,7 +258,7 @@ class SpecDrafterDecoderLayer(nn.Module):
     def forward(
         self,
         hidden_states: torch.Tensor,
-        attention_mask: torch.BoolTensor,
+        attention_mask: torch.BoolTensor | None,
         cross_key_value: tuple[torch.Tensor, torch.Tensor],
         encoder_attention_mask: torch.BoolTensor | None,
         cache: tuple[torch.Tensor, torch.Tensor] | None = None,
@@ -374,7 +374,8 @@ class SpecDrafterDecoder(nn.Module):
                 Embedded prefix tokens not in the cache (the whole prefix without a cache), right-padded.
             prefix_positions (`torch.LongTensor` of shape `(num_new,)` or `(batch_size, num_new)`):
                 Their positions.
-            prefix_mask (`torch.BoolTensor` of shape `(batch_size, num_new)`): `True` for real tokens.
+            prefix_mask (`torch.BoolTensor` of shape `(batch_size, num_new)`, *optional*): `True` for real tokens;
+                `None` when no row has padding (the attention then needs no key mask).
             mask_positions (`torch.LongTensor` of shape `(batch_size, block_size)`):
                 Positions of the mask slots (`prefix_length + j`).
             cross_key_values (`tuple`): From [`~SpecDrafterDecoder.project_encoder_states`].
@@ -407,15 +408,18 @@ class SpecDrafterDecoder(nn.Module):
         hidden_states = F.dropout(hidden_states, p=self.dropout, training=self.training)
 
         # Self-attention mask, True = may attend: keys are [cache | new prefix tokens | masks].
-        key_mask = torch.cat([prefix_mask, prefix_mask.new_ones(batch_size, block_size)], dim=1)
-        if cache_length > 0:
-            key_mask = torch.cat([key_mask.new_ones(batch_size, cache_length), key_mask], dim=1)
-        attention_mask = key_mask[:, None, None, :]  # (batch_size, 1, 1, key_length)
+        attention_mask = None
+        if prefix_mask is not None:
+            key_mask = torch.cat([prefix_mask, prefix_mask.new_ones(batch_size, block_size)], dim=1)
+            if cache_length > 0:
+                key_mask = torch.cat([key_mask.new_ones(batch_size, cache_length), key_mask], dim=1)
+            attention_mask = key_mask[:, None, None, :]  # (batch_size, 1, 1, key_length)
         if self.causal_prefix:
             query_index = torch.arange(num_new + block_size, device=device)[:, None]
             key_index = torch.arange(cache_length + num_new + block_size, device=device)[None, :]
             allowed = (key_index <= cache_length + query_index) | (query_index >= num_new)
-            attention_mask = attention_mask & allowed  # (batch_size, 1, num_queries, key_length)
+            # (batch_size or 1, 1, num_queries, key_length)
+            attention_mask = allowed[None, None] if attention_mask is None else attention_mask & allowed
         return self._run_layers(
             hidden_states, attention_mask, cross_key_values, encoder_attention_mask, block_size, cache, cache_length
         )
@@ -473,7 +477,7 @@ class SpecDrafterDecoder(nn.Module):
     def _run_layers(
         self,
         hidden_states: torch.Tensor,
-        attention_mask: torch.BoolTensor,
+        attention_mask: torch.BoolTensor | None,
         cross_key_values: tuple[tuple[torch.Tensor, torch.Tensor], ...],
         encoder_attention_mask: torch.BoolTensor | None,
         num_outputs: int,
@@ -481,7 +485,9 @@ class SpecDrafterDecoder(nn.Module):
         cache_length: int = 0,
     ) -> torch.Tensor:
         """The decoder layers; returns the normed states of the last `num_outputs` positions (the mask slots)."""
-        last_mask = attention_mask[:, :, -num_outputs:] if attention_mask.shape[2] > 1 else attention_mask
+        last_mask = attention_mask
+        if attention_mask is not None and attention_mask.shape[2] > 1:
+            last_mask = attention_mask[:, :, -num_outputs:]
         last_index = len(self.layers) - 1
         for index, layer in enumerate(self.layers):
             is_last = index == last_index
@@ -899,7 +905,8 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel, Drafter):
         block_size = self._check_block_size(block_size)
         device = self.shared.weight.device
         prefix_lengths = prefix_lengths.to(device)
-        max_length, min_length = torch.stack([prefix_lengths.max(), prefix_lengths.min()]).tolist()
+        lengths = prefix_lengths.tolist()
+        max_length, min_length = max(lengths), min(lengths)
         self._check_positions(max_length + block_size)
 
         causal = self.config.prefix_attention == "causal"
@@ -926,7 +933,8 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel, Drafter):
         hidden_states = self.decoder(
             inputs_embeds=self._embed_prefix(prefix_ids[:, cache_length:max_length].to(device), previous_states),
             prefix_positions=cache_length + offsets,
-            prefix_mask=offsets < (prefix_lengths - cache_length)[:, None],
+            # equal lengths (always at batch size 1): no padding, no key mask to build
+            prefix_mask=None if min_length == max_length else offsets < (prefix_lengths - cache_length)[:, None],
             mask_positions=prefix_lengths[:, None] + torch.arange(block_size, device=device),
             cross_key_values=state.cross_key_values,
             encoder_attention_mask=state.encoder_attention_mask,

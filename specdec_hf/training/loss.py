@@ -57,6 +57,21 @@ class DrafterLossSettings:
         if self.soft_label_weight < 0:
             raise ValueError(f"`soft_label_weight` must be >= 0, got {self.soft_label_weight}.")
 
+    def describe(self, block_size: int) -> str:
+        """One line for a model card: what the drafter was trained to minimise."""
+        splits = "a random split of each sequence per step"
+        if self.split_points == "all":
+            splits = "every split point of each sequence per step, in one pass"
+            if self.max_splits is not None:
+                splits += f" (at most {self.max_splits} per batch)"
+        text = f"cross-entropy (label smoothing {self.label_smoothing}) on the next k = {block_size} verifier tokens "
+        text += f"after {splits}"
+        if self.soft_label_weight > 0:
+            text += f", plus {self.soft_label_weight} × KL to the verifier's distribution at each drafted position"
+        if self.glancing_ratio > 0:
+            text += f", glancing ratio {self.glancing_ratio}"
+        return text
+
 
 @dataclass
 class VerifierTeacherOutputs:

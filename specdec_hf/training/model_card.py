@@ -7,7 +7,15 @@ from pathlib import Path
 __all__ = ["write_model_card"]
 
 
-def write_model_card(output_dir: str | Path, drafter, verifier_name: str, data: str, steps: int, metrics: dict):
+def write_model_card(
+    output_dir: str | Path,
+    drafter,
+    verifier_name: str,
+    data: str,
+    steps: int,
+    metrics: dict,
+    objective: str | None = None,
+):
     """Write `output_dir/README.md`: Hub metadata, what the drafter is for, how to use it, how it was trained.
 
     Args:
@@ -17,11 +25,18 @@ def write_model_card(output_dir: str | Path, drafter, verifier_name: str, data: 
         data (`str`): What it was trained on.
         steps (`int`): Optimizer steps trained.
         metrics (`dict`): The last evaluation (`tokens_per_iteration`, `accuracy_by_position`, ...).
+        objective (`str`, *optional*): What the training minimised (`DrafterLossSettings.describe`).
     """
     config = drafter.config
     tok = metrics.get("tokens_per_iteration")
     by_position = ", ".join(f"{a:.2f}" for a in metrics.get("accuracy_by_position", []))
     encoder = "the verifier's encoder output" if config.use_verifier_encoder else f"{config.encoder_layers} layers"
+    objective = objective or f"cross-entropy on the next k = {config.block_size} verifier tokens"
+    reads = ""
+    if config.prefix_feature_layers:
+        reads += f", reads the verifier's decoder states of layers {config.prefix_feature_layers} (EAGLE-style)"
+    if config.draft_vocab_size:
+        reads += f", LM head over the {config.draft_vocab_size} most frequent target tokens"
     text = f"""---
 library_name: specdec_hf
 base_model: {verifier_name}
@@ -50,10 +65,10 @@ out = enable_speculative_decoding(verifier).generate(**inputs, drafter=drafter)
 
 - verifier: `{verifier_name}`
 - data: {data or "distilled verifier outputs"}
-- objective: label-smoothed cross-entropy on the next k = {config.block_size} verifier tokens after a random split
+- objective: {objective}
 - optimizer steps: {steps}
 - drafter: d_model {config.d_model}, encoder {encoder}, {config.decoder_layers} decoder layers,
-  prefix attention `{config.prefix_attention}`
+  prefix attention `{config.prefix_attention}`{reads}
 
 ## Evaluation (held-out distilled sources, β = 1)
 

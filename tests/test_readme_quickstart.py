@@ -1,0 +1,23 @@
+"""The README's first code block runs as written (on the shipped demo pair), so the quickstart cannot rot."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_quickstart_runs_and_prints_a_translation_with_statistics(monkeypatch):
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"```python\n(.*?)```", readme, flags=re.DOTALL)
+    assert block is not None, "README.md has no python code block"
+    monkeypatch.chdir(REPO)  # its paths are relative to the repository root, as for a user in a fresh clone
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(block.group(1), "README.md quickstart", "exec"), {"__name__": "__quickstart__"})
+    lines = printed.getvalue().strip().splitlines()
+    assert len(lines) >= 2 and lines[0].strip(), printed.getvalue()
+    assert re.search(r"tokens per iteration \d+\.\d+", printed.getvalue()), printed.getvalue()
