@@ -69,9 +69,7 @@ def get_dataloaders(
         train = train.select(range(len(train) - args.eval_samples))
     order = {"shuffle": True, "generator": torch.Generator().manual_seed(args.seed)}
     if args.group_by_length:
-        lengths = [
-            len(source) + len(target) for source, target in zip(train["input_ids"], train["target_ids"], strict=True)
-        ]
+        lengths = [len(row["input_ids"]) + len(row["target_ids"]) for row in _rows(train, ["input_ids", "target_ids"])]
         # the generator keeps DataLoader from drawing its worker seed from the global RNG (which drives dropout)
         # whenever an iterator starts, so that a resumed run's dropout masks are those of the uninterrupted run
         order = {
@@ -85,6 +83,12 @@ def get_dataloaders(
         **order,
     )
     return loader, [dict(row) for row in held_out], train
+
+
+def _rows(dataset: datasets.Dataset, columns: list[str]):
+    """The rows of some columns, read batch by batch from the memory-mapped dataset (never the whole column)."""
+    for batch in dataset.select_columns(columns).iter(batch_size=10_000):
+        yield from ({name: batch[name][i] for name in columns} for i in range(len(batch[columns[0]])))
 
 
 def build_drafter(args: DrafterTrainingArguments, verifier, train: datasets.Dataset) -> SpecDrafterModel:
@@ -111,8 +115,10 @@ def build_drafter(args: DrafterTrainingArguments, verifier, train: datasets.Data
     draft_vocab_ids = None
     if args.draft_vocab_size is not None:
         vocab_size = verifier.config.vocab_size
-        draft_vocab_ids = frequent_token_ids(train["target_ids"], vocab_size, args.draft_vocab_size)
-        coverage = token_coverage(train["target_ids"], draft_vocab_ids, vocab_size)
+        targets = (row["target_ids"] for row in _rows(train, ["target_ids"]))
+        draft_vocab_ids = frequent_token_ids(targets, vocab_size, args.draft_vocab_size)
+        targets = (row["target_ids"] for row in _rows(train, ["target_ids"]))
+        coverage = token_coverage(targets, draft_vocab_ids, vocab_size)
         logger.info(f"draft vocabulary: {args.draft_vocab_size} of {vocab_size} ids cover {coverage:.2%} of targets")
     drafter = SpecDrafterModel.from_verifier(
         verifier, block_size=args.block_size, draft_vocab_ids=draft_vocab_ids, **args.drafter_config

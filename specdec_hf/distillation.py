@@ -32,6 +32,7 @@ import math
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 import transformers
+from accelerate import PartialState
 from tqdm.auto import tqdm
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -56,6 +58,7 @@ __all__ = ["DistillationArguments", "distill", "load_distilled_dataset", "main",
 CONFIG_NAME = "distillation_config.json"
 SHARDS_DIR = "shards"
 _SETTINGS_NAME = "settings.json"
+_MERGE_CACHE_DIR = ".merge_cache"
 # Files `Dataset.save_to_disk` writes; removed by `overwrite` along with the shards.
 _SAVED_DATASET_FILES = ("dataset_info.json", "state.json")
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -142,6 +145,9 @@ def distill(
     overwrite: bool = False,
     metadata: dict[str, Any] | None = None,
     progress: bool = True,
+    process_index: int = 0,
+    num_processes: int = 1,
+    wait_for_everyone: Callable[[], None] | None = None,
 ) -> datasets.Dataset | None:
     """
     Decodes every source with the verifier and writes the distilled dataset to `output_dir`, resumably.
@@ -163,6 +169,10 @@ def distill(
         overwrite (`bool`): Discard an earlier run's shards and outputs in `output_dir` first.
         metadata (`dict`, *optional*): Extra JSON-serialisable facts for `distillation_config.json` (e.g. the data).
         progress (`bool`): Show a tqdm progress bar.
+        process_index (`int`), num_processes (`int`), wait_for_everyone (`Callable`, *optional*): Several processes
+            (e.g. under `accelerate launch`, from `accelerate.PartialState`) share the work: process p decodes the
+            shards whose index is p modulo `num_processes`, and only process 0 writes the settings and the merged
+            dataset, after a barrier (`wait_for_everyone`). The result is the single-process one, row for row.
 
     Returns:
         `datasets.Dataset` with `dataset.num_rows` rows and columns `id` (when given), `source`, `target`,
@@ -180,10 +190,19 @@ def distill(
         raise ValueError("the dataset has no rows: nothing to distill (check the split and `max_samples`)")
     if "target" in dataset.column_names:
         dataset = dataset.rename_column("target", "reference")  # `target` becomes the verifier's output
+    if not 0 <= process_index < num_processes:
+        raise ValueError(f"`process_index` must be in [0, {num_processes}), got {process_index}")
+    if num_processes > 1 and wait_for_everyone is None:
+        raise ValueError(
+            "several processes need `wait_for_everyone` (a barrier), e.g. PartialState().wait_for_everyone"
+        )
+    barrier = wait_for_everyone or (lambda: None)
+    main_process = process_index == 0
     output_dir = Path(output_dir)
     shards_dir = output_dir / SHARDS_DIR
-    if overwrite:
+    if overwrite and main_process:
         _remove_outputs(output_dir)
+    barrier()
     settings = {
         "verifier": verifier.name_or_path,
         "tokenizer": tokenizer.name_or_path,
@@ -194,7 +213,11 @@ def distill(
         "max_source_length": max_source_length,
         "shard_size": shard_size,
     }
-    _check_or_write_settings(shards_dir, settings)
+    if main_process:
+        _check_or_write_settings(shards_dir, settings)
+    barrier()
+    if not main_process:
+        _check_or_write_settings(shards_dir, settings)  # written by process 0 by now: only checked
     sources_sha256 = _sources_digest(dataset)
     finished = _load_finished(output_dir, settings, sources_sha256)
     if finished is not None:
@@ -212,36 +235,41 @@ def distill(
     )
     num_shards = math.ceil(dataset.num_rows / shard_size)
     shard_paths = [shards_dir / f"shard-{index:05d}.parquet" for index in range(num_shards)]
-    todo = [index for index in range(num_shards) if not _is_done(shard_paths[index], tokenized, index, shard_size)]
-    done_rows = dataset.num_rows - sum(_shard_rows(index, shard_size, dataset.num_rows) for index in todo)
+    mine = range(process_index, num_shards, num_processes)
+    todo = [index for index in mine if not _is_done(shard_paths[index], tokenized, index, shard_size)]
+    my_rows = sum(_shard_rows(index, shard_size, dataset.num_rows) for index in mine)
+    done_rows = my_rows - sum(_shard_rows(index, shard_size, dataset.num_rows) for index in todo)
     if done_rows:
-        logger.info("resuming: %d of %d shards already written", num_shards - len(todo), num_shards)
-    bar = tqdm(total=dataset.num_rows, initial=done_rows, unit="ex", desc="Distilling", disable=not progress)
+        logger.info("resuming: %d of %d shards of this process already written", len(mine) - len(todo), len(mine))
+    bar = tqdm(total=my_rows, initial=done_rows, unit="ex", desc="Distilling", disable=not progress)
     for written, index in enumerate(todo):
         if max_shards is not None and written >= max_shards:
-            bar.close()
             logger.info("stopped after %d new shards (max_shards); rerun to continue", written)
-            return None
+            break
         rows = tokenized[index * shard_size : (index + 1) * shard_size]
         rows.update(_decode_shard(verifier, tokenizer, rows["input_ids"], num_beams, batch_size, max_new_tokens, bar))
         _write_shard(rows, shard_paths[index])
     bar.close()
+    barrier()  # every process's shards are written (or it stopped at max_shards)
+    if not all(path.is_file() for path in shard_paths):
+        return None
 
-    # Merge: shards hold token ids only, so the whole table fits in memory even for WMT-sized data.
-    merged = datasets.Dataset(pa.concat_tables([pq.read_table(path) for path in shard_paths]))
-    merged.save_to_disk(str(output_dir))
-    config = {
-        **(metadata or {}),  # first, so that it cannot shadow the settings a resumed run is checked against
-        **settings,
-        "generation_config": verifier.generation_config.to_diff_dict(),
-        "num_examples": merged.num_rows,
-        "sources_sha256": sources_sha256,
-        "columns": merged.column_names,
-        "seconds_last_run": round(time.perf_counter() - start_time, 1),
-        "versions": {"transformers": transformers.__version__, "torch": torch.__version__},
-    }
-    _write_json_atomic(output_dir / CONFIG_NAME, config)
-    logger.info("wrote %d distilled examples to %s", merged.num_rows, output_dir)
+    if main_process:
+        merged = _merge_shards(shard_paths, output_dir)
+        config = {
+            **(metadata or {}),  # first, so that it cannot shadow the settings a resumed run is checked against
+            **settings,
+            "generation_config": verifier.generation_config.to_diff_dict(),
+            "num_examples": merged.num_rows,
+            "sources_sha256": sources_sha256,
+            "columns": merged.column_names,
+            "seconds_last_run": round(time.perf_counter() - start_time, 1),
+            "versions": {"transformers": transformers.__version__, "torch": torch.__version__},
+            "num_processes": num_processes,
+        }
+        _write_json_atomic(output_dir / CONFIG_NAME, config)
+        logger.info("wrote %d distilled examples to %s", merged.num_rows, output_dir)
+    barrier()
     return load_distilled_dataset(output_dir)
 
 
@@ -314,6 +342,20 @@ def _write_shard(rows: dict[str, list], path: Path) -> None:
     os.replace(temporary, path)
 
 
+def _merge_shards(shard_paths: list[Path], output_dir: Path) -> datasets.Dataset:
+    """Concatenate the shards, in order, into the saved dataset without holding the rows in Python memory.
+
+    `datasets` converts the parquet files into a memory-mapped Arrow cache (under `output_dir`, removed afterwards)
+    and `save_to_disk` copies it batch by batch: the peak memory is a few record batches, not the corpus.
+    """
+    cache_dir = output_dir / _MERGE_CACHE_DIR
+    merged = datasets.Dataset.from_parquet([str(path) for path in shard_paths], cache_dir=str(cache_dir))
+    merged.save_to_disk(str(output_dir))
+    del merged
+    shutil.rmtree(cache_dir, ignore_errors=True)
+    return datasets.load_from_disk(str(output_dir))
+
+
 def _is_done(path: Path, tokenized: datasets.Dataset, index: int, shard_size: int) -> bool:
     """True when shard `index` exists and holds exactly this data's sources for that slice."""
     if not path.is_file():
@@ -374,6 +416,7 @@ def _load_finished(output_dir: Path, settings: dict[str, Any], sources_sha256: s
 def _remove_outputs(output_dir: Path) -> None:
     """Removes what `distill` writes (and nothing else a user may keep in `output_dir`)."""
     shutil.rmtree(output_dir / SHARDS_DIR, ignore_errors=True)
+    shutil.rmtree(output_dir / _MERGE_CACHE_DIR, ignore_errors=True)
     for name in (CONFIG_NAME, *_SAVED_DATASET_FILES):
         (output_dir / name).unlink(missing_ok=True)
     for path in output_dir.glob("data-*-of-*.arrow"):
@@ -401,14 +444,17 @@ def run_distillation(data_args: DataArguments, args: DistillationArguments) -> d
     Returns:
         As `distill`.
     """
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    # one process per device under `accelerate launch` / torchrun (a single plain process otherwise)
+    state = PartialState(cpu=args.device == "cpu")
+    device = args.device or state.device
     verifier = AutoModelForSeq2SeqLM.from_pretrained(args.verifier, dtype=_DTYPES[args.dtype]).to(device).eval()
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or args.verifier)
     source_prefix = args.source_prefix
     if source_prefix is None:
         source_prefix = default_source_prefix(verifier.config.model_type, data_args.task, *(data_args.languages or ()))
     split = args.split or data_args.train_split
-    dataset = load_text_pairs(data_args, split)
+    with state.main_process_first():  # one process downloads and caches the data, the others read the cache
+        dataset = load_text_pairs(data_args, split)
     metadata = {"data": {**asdict(data_args), "split": split}}
     return distill(
         verifier,
@@ -424,6 +470,10 @@ def run_distillation(data_args: DataArguments, args: DistillationArguments) -> d
         max_shards=args.max_shards,
         overwrite=args.overwrite_output_dir,
         metadata=metadata,
+        progress=state.is_local_main_process,
+        process_index=state.process_index,
+        num_processes=state.num_processes,
+        wait_for_everyone=state.wait_for_everyone,
     )
 
 

@@ -164,3 +164,35 @@ def test_glancing_training_runs(workspace):
         ["--config", str(write_config(workspace, "glancing", max_steps=3)), "--glancing_ratio", "0.5"]
     )
     assert (workspace / "glancing" / "model.safetensors").is_file() and metrics["tokens_per_iteration"] >= 1.0
+
+
+def test_every_split_soft_labels_features_and_reduced_head(workspace):
+    """The shipped drafter's recipe on the tiny verifier: it trains, saves its head's ids and drafts from them."""
+    config = write_config(
+        workspace,
+        "eagle",
+        drafter_config={
+            "decoder_layers": 1,
+            "prefix_attention": "causal",
+            "use_verifier_encoder": True,
+            "prefix_feature_layers": [1, -1],
+        },
+        split_points="all",
+        max_splits=4,
+        soft_label_weight=0.5,
+        draft_vocab_size=40,
+        group_by_length=True,
+        max_steps=30,
+        eval_steps=30,
+    )
+    metrics = train_drafter.main(["--config", str(config)])
+    drafter = SpecDrafterModel.from_pretrained(workspace / "eagle")
+    assert drafter.config.draft_vocab_size == 40 and drafter.lm_head.weight.shape[0] == 40
+    assert drafter.verifier_state_layers == [1, -1]
+    # the head keeps the most frequent target ids: those of the training data
+    distilled = load_distilled_dataset(workspace / "distilled")
+    counts = torch.bincount(torch.tensor([i for ids in distilled["target_ids"][:80] for i in ids[1:]]), minlength=99)
+    assert set(drafter.draft_vocab_ids[:5].tolist()) <= set(counts.argsort(descending=True)[:12].tolist())
+    assert metrics["tokens_per_iteration"] > 1.0
+    card = (workspace / "eagle" / "README.md").read_text()
+    assert "every split point" in card and "KL" in card and "most frequent" in card

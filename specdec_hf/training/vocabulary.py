@@ -14,11 +14,19 @@ __all__ = ["frequent_token_ids", "token_coverage"]
 
 
 def _counts(target_ids: Iterable[list[int]], vocab_size: int) -> torch.Tensor:
-    """Occurrences of each id among the predicted positions (every position but the decoder start token)."""
+    """Occurrences of each id among the predicted positions (every position but the decoder start token).
+
+    Rows are read one at a time and counted in chunks, so a memory-mapped corpus of any size can be streamed in.
+    """
     counts = torch.zeros(vocab_size, dtype=torch.long)
+    chunk: list[int] = []
     for ids in target_ids:
-        if len(ids) > 1:
-            counts += torch.bincount(torch.as_tensor(ids[1:], dtype=torch.long), minlength=vocab_size)
+        chunk.extend(ids[1:])
+        if len(chunk) >= 1_000_000:
+            counts += torch.bincount(torch.as_tensor(chunk, dtype=torch.long), minlength=vocab_size)
+            chunk.clear()
+    if chunk:
+        counts += torch.bincount(torch.as_tensor(chunk, dtype=torch.long), minlength=vocab_size)
     return counts
 
 
