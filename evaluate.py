@@ -11,8 +11,10 @@ therefore never imports.
 from __future__ import annotations
 
 import logging
+import sys
 
 import datasets
+import transformers
 
 from specdec_hf.evaluation import parse_evaluation_arguments, run_evaluation
 
@@ -22,6 +24,9 @@ def main(argv: list[str] | None = None) -> dict:
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.WARNING)
     logging.getLogger("specdec_hf").setLevel(logging.INFO)
     datasets.disable_progress_bars()
+    if not sys.stderr.isatty():
+        # transformers' weight-loading bars would write carriage-return redraws into a redirected log
+        transformers.utils.logging.disable_progress_bar()
     evaluation_args, data_args = parse_evaluation_arguments(argv)
     return run_evaluation(evaluation_args, data_args)
 

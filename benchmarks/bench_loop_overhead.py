@@ -1,8 +1,9 @@
 """Greedy `generate()` vs speculative β=1 with an always-right drafter: speed-up and the loop's own overhead.
 
 The drafter proposes the verifier's own greedy continuation (looked up, costing almost nothing), so this isolates
-what the decoding loop and the k-token verification cost against plain greedy decoding. Not a test: it prints
-figures (median of --repeats runs) for the README.
+what the decoding loop and the k-token verification cost against plain greedy decoding. Greedy and speculative
+runs alternate in one process (rotating order), and the speed-up is the median of the per-run ratios. Not a test: it
+prints figures (median and min–max of --repeats runs) for the README.
 
     python benchmarks/bench_loop_overhead.py --repeats 7
 """
@@ -17,12 +18,16 @@ import time
 from pathlib import Path
 
 import torch
+from _common import print_header, with_range
 from transformers import BartConfig, BartForConditionalGeneration
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from oracle_drafters import OracleDrafter  # noqa: E402
 
 from specdec_hf import speculative_generate  # noqa: E402
+from specdec_hf.evaluation.interleaved import paired_speedups, time_interleaved  # noqa: E402
+
+CPU = torch.device("cpu")
 
 SHAPES = {
     # d=256, 3+3 layers, 8k vocabulary: the size of the offline demo verifier
@@ -93,6 +98,7 @@ def build(shape: str) -> BartForConditionalGeneration:
 
 
 def bench(shape: str, block_size: int, new_tokens: int, repeats: int) -> dict:
+    """Greedy and speculative `generate()` on one source, `repeats` runs each, interleaved; per-run figures."""
     model = build(shape)
     inputs = {"input_ids": torch.randint(4, 1000, (1, 24))}
     greedy_kwargs = dict(do_sample=False, num_beams=1, max_new_tokens=new_tokens, min_new_tokens=None)
@@ -101,37 +107,40 @@ def bench(shape: str, block_size: int, new_tokens: int, repeats: int) -> dict:
     drafter.propose = TimedCall(drafter.propose)
     loop = TimedCall(speculative_generate)
     timer = ForwardTimer(model)
+    loop_shares, tokens_per_iteration = [], []
 
-    greedy_times, spec_times, loop_shares = [], [], []
-    for _ in range(repeats + 1):  # the first round warms up
-        start = time.perf_counter()
+    def greedy(group: int) -> None:
         model.generate(**inputs, **greedy_kwargs)
-        greedy_times.append(time.perf_counter() - start)
+
+    def speculative(group: int) -> None:
         timer.total, loop.total, drafter.propose.total = 0.0, 0.0, 0.0
-        start = time.perf_counter()
         out = model.generate(
             **inputs, **greedy_kwargs, custom_generate=loop, drafter=drafter, return_dict_in_generate=True
         )
-        spec_times.append(time.perf_counter() - start)
         # the loop's own work: its wall time minus the verifier's decoder forwards and the drafter's calls
         loop_shares.append((loop.total - timer.total - drafter.propose.total) / loop.total)
+        tokens_per_iteration.append(out.speculative_stats.tokens_per_iteration)
         assert torch.equal(out.sequences, reference), "speculative output differs from greedy"
-    greedy, spec = statistics.median(greedy_times[1:]), statistics.median(spec_times[1:])
+
+    runners = {"greedy": greedy, "speculative": speculative}
+    time_interleaved(runners, num_groups=1, repeats=1, device=CPU, desc="warm-up")
+    loop_shares.clear()
+    times = time_interleaved(runners, num_groups=1, repeats=repeats, device=CPU, desc=f"{shape} k={block_size}")
     return {
         "shape": shape,
         "k": block_size,
         "new_tokens": reference.shape[1] - 1,
-        "greedy_s": greedy,
-        "speculative_s": spec,
-        "speed_up": greedy / spec,
-        "tokens_per_iteration": out.speculative_stats.tokens_per_iteration,
-        "loop_overhead_share": statistics.median(loop_shares[1:]),
+        "greedy_s": times["greedy"],
+        "speculative_s": times["speculative"],
+        "speed_ups": paired_speedups(times["greedy"], times["speculative"]),
+        "tokens_per_iteration": statistics.median(tokens_per_iteration),
+        "loop_overhead_shares": loop_shares,
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shapes", nargs="+", default=list(SHAPES))
+    parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     parser.add_argument("--block_size", type=int, default=10)
     parser.add_argument("--new_tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=7)
@@ -139,14 +148,15 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, median of {args.repeats} runs")
+    print_header(args.repeats)
     print("| verifier | k | tokens | greedy (s) | speculative (s) | speed-up | Tok. | loop's own share of its time |")
     print("|---|---|---|---|---|---|---|---|")
     for shape in args.shapes:
         r = bench(shape, args.block_size, args.new_tokens, args.repeats)
         print(
-            f"| {r['shape']} | {r['k']} | {r['new_tokens']} | {r['greedy_s']:.3f} | {r['speculative_s']:.3f} | "
-            f"{r['speed_up']:.2f}x | {r['tokens_per_iteration']:.2f} | {100 * r['loop_overhead_share']:.1f}% |"
+            f"| {r['shape']} | {r['k']} | {r['new_tokens']} | {with_range(r['greedy_s'])} | "
+            f"{with_range(r['speculative_s'])} | {with_range(r['speed_ups'], 2, suffix='x')} | "
+            f"{r['tokens_per_iteration']:.2f} | {with_range(r['loop_overhead_shares'], 1, 100, '%')} |"
         )
 
 

@@ -1,7 +1,9 @@
 """Speculative sampling vs `generate(do_sample=True)` with a trained drafter: speed-up and Tok. (a benchmark).
 
 Both sample from the same distribution (see tests/generation/test_speculative_sampling.py); this measures what the
-drafter buys. Batch 1, the demo pair by default, median of --repeats passes over --limit held-out sentences.
+drafter buys. Batch 1, the demo pair by default, --repeats passes over --limit held-out sentences: each sentence is
+sampled both ways back to back (rotating order, the same seed each pass), and the speed-up is the median over passes
+of the ratio of the two totals of a pass, with its min–max.
 
     python benchmarks/bench_sampling.py --model_dir models/demo-en-de --limit 50 --repeats 3
 """
@@ -10,27 +12,31 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from _common import print_header, with_range
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from specdec_hf import SpecDrafterModel, speculative_generate
+from specdec_hf.evaluation.interleaved import paired_speedups, time_interleaved
+
+CPU = torch.device("cpu")
 
 
-def sample_all(verifier, sources, seed, **kwargs) -> tuple[float, int, int]:
-    """Sample every source alone; returns (seconds, generated tokens, verifier passes)."""
-    torch.manual_seed(seed)
-    tokens = passes = 0
-    start = time.perf_counter()
-    for inputs in sources:
-        out = verifier.generate(**inputs, return_dict_in_generate=True, **kwargs)
-        tokens += out.sequences.shape[1] - 1
+def sampler(verifier, sources: list[dict], counts: dict[str, int], **kwargs) -> Callable[[int], None]:
+    """`run(i)`: sample source i alone, seeded with i (every pass draws alike); adds its tokens and verifier passes."""
+
+    def run(group: int) -> None:
+        torch.manual_seed(group)
+        out = verifier.generate(**sources[group], return_dict_in_generate=True, **kwargs)
+        tokens = out.sequences.shape[1] - 1
         stats = getattr(out, "speculative_stats", None)
-        passes += stats.verifier_calls if stats is not None else out.sequences.shape[1] - 1
-    return time.perf_counter() - start, tokens, passes
+        counts["tokens"] += tokens
+        counts["passes"] += stats.verifier_calls if stats is not None else tokens
+
+    return run
 
 
 def main() -> None:
@@ -45,6 +51,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    print_header(args.repeats)
 
     verifier = AutoModelForSeq2SeqLM.from_pretrained(args.model_dir / "verifier", dtype=torch.float32).eval()
     tokenizer = AutoTokenizer.from_pretrained(args.model_dir / "verifier")
@@ -54,23 +61,26 @@ def main() -> None:
     sampling = dict(do_sample=True, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     speculative = dict(custom_generate=speculative_generate, drafter=drafter, block_size=args.block_size)
 
-    sample_all(verifier, sources[:5], 0, **sampling)  # warm-up
-    sample_all(verifier, sources[:5], 0, **sampling, **speculative)
-    plain, spec = [], []
-    for repeat in range(args.repeats):
-        plain.append(sample_all(verifier, sources, repeat, **sampling))
-        spec.append(sample_all(verifier, sources, repeat, **sampling, **speculative))
-    plain_time = statistics.median(t for t, _, _ in plain)
-    spec_time = statistics.median(t for t, _, _ in spec)
-    tok = sum(n for _, n, _ in spec) / sum(p for _, _, p in spec)
-    print(
-        f"torch {torch.__version__}, threads {args.threads}, {len(sources)} sentences, batch 1, "
-        f"median of {args.repeats}; sampling {sampling}"
-    )
-    print("| decoding | time (s) | speed-up | Tok. |")
-    print("|---|---|---|---|")
-    print(f"| generate(do_sample=True) | {plain_time:.2f} | 1.00x | 1.00 |")
-    print(f"| speculative sampling | {spec_time:.2f} | {plain_time / spec_time:.2f}x | {tok:.2f} |")
+    counts = {name: {"tokens": 0, "passes": 0} for name in ("plain", "speculative")}
+    runners = {
+        "plain": sampler(verifier, sources, counts["plain"], **sampling),
+        "speculative": sampler(verifier, sources, counts["speculative"], **sampling, **speculative),
+    }
+    time_interleaved(runners, num_groups=min(5, len(sources)), repeats=1, device=CPU, desc="warm-up")
+    for count in counts.values():
+        count.update(tokens=0, passes=0)
+    times = time_interleaved(runners, num_groups=len(sources), repeats=args.repeats, device=CPU, desc="passes")
+    speed_ups = paired_speedups(times["plain"], times["speculative"])
+    print(f"{len(sources)} sentences, batch 1; sampling {sampling}")
+    print("| decoding | time (s) | tokens per pass | speed-up | Tok. |")
+    print("|---|---|---|---|---|")
+    for name, label in (("plain", "generate(do_sample=True)"), ("speculative", "speculative sampling")):
+        count = counts[name]
+        speed_up = "1.00x" if name == "plain" else with_range(speed_ups, 2, suffix="x")
+        print(
+            f"| {label} | {with_range(times[name], 2)} | {count['tokens'] / args.repeats:.0f} | {speed_up} | "
+            f"{count['tokens'] / count['passes']:.2f} |"
+        )
 
 
 if __name__ == "__main__":

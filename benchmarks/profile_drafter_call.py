@@ -90,14 +90,18 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(f"command: {' '.join(sys.argv)}")
-    print(f"machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, {args.threads} thread(s)")
+    print(
+        f"machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, {args.threads} thread(s)"
+    )
 
     verifier = AutoModelForSeq2SeqLM.from_pretrained(args.verifier, dtype=torch.float32).eval()
     tokenizer = AutoTokenizer.from_pretrained(args.verifier)
     drafter = build_drafter(args, verifier).to(getattr(torch, args.dtype)).eval()
     paths = decoding_paths(verifier, tokenizer, drafter.verifier_state_layers)
     run_calls(drafter, paths, args.step, args.block_size)  # warm-up
-    per_repeat = [statistics.median(run_calls(drafter, paths, args.step, args.block_size)) for _ in range(args.repeats)]
+    per_repeat = [
+        statistics.median(run_calls(drafter, paths, args.step, args.block_size)) for _ in range(args.repeats)
+    ]
     with profile(activities=[ProfilerActivity.CPU]) as profiler:
         profiled = run_calls(drafter, paths, args.step, args.block_size)
     events = profiler.key_averages()

@@ -1,7 +1,8 @@
 """Evaluation of Speculative Decoding against greedy, beam search and transformers' assisted generation.
 
 `python evaluate.py --config configs/eval/<task>.yaml` runs `run_evaluation`; the pieces are usable on their own:
-`corpus_quality` (sacrebleu BLEU/chrF, rouge-score ROUGE), `measure_peak_memory`, `ModuleTimer`, `TimedDrafter`.
+`corpus_quality` (sacrebleu BLEU/chrF, rouge-score ROUGE), `measure_peak_memory`, `ModuleTimer`, `TimedDrafter`,
+and the interleaved timing of `interleaved.py` (`time_interleaved`, `timing_summary`), which the benchmarks share.
 """
 
 from .arguments import EvaluationArguments, parse_evaluation_arguments

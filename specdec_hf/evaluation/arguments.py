@@ -78,7 +78,11 @@ class EvaluationArguments:
         default=None, metadata={"help": "sacrebleu tokenizer (13a, intl, zh, ja-mecab, ...); default: sacrebleu's."}
     )
     repeats: int = field(
-        default=3, metadata={"help": "Timed passes per strategy (median reported), after one untimed warm-up pass."}
+        default=3,
+        metadata={
+            "help": "Timed repeats (median and range reported), after each strategy's instrumented warm-up pass. In "
+            "each repeat every strategy decodes each batch in turn, interleaved with the others in a rotating order."
+        },
     )
     sweep: bool = field(default=True, metadata={"help": "Run the batch-size sweep (latency-throughput curve)."})
     sweep_batch_sizes: list[int] = field(
@@ -104,7 +108,9 @@ class EvaluationArguments:
     )
     num_threads: int | None = field(default=None, metadata={"help": "torch CPU threads (default: torch's)."})
     seed: int = field(default=0, metadata={"help": "Random seed (decoding itself is deterministic)."})
-    disable_tqdm: bool = field(default=False, metadata={"help": "Hide the progress bars."})
+    disable_tqdm: bool = field(
+        default=False, metadata={"help": "Hide the progress bars (they show only when stderr is a terminal anyway)."}
+    )
 
     def __post_init__(self):
         for name in ("batch_size", "max_new_tokens", "repeats", "num_beams", "prompt_lookup_num_tokens"):

@@ -13,7 +13,7 @@ import torch
 
 from ..data.padding import pad_token_ids
 
-__all__ = ["Batch", "encode_sources", "make_batches", "restore_order", "trim_generated"]
+__all__ = ["Batch", "encode_sources", "make_batches", "restore_order", "single_row_groups", "trim_generated"]
 
 
 @dataclass
@@ -68,6 +68,20 @@ def make_batches(
         input_ids, attention_mask = pad_token_ids([encoded[row] for row in rows], pad_token_id)
         batches.append(Batch(rows=rows, input_ids=input_ids.to(device), attention_mask=attention_mask.to(device)))
     return batches
+
+
+def single_row_groups(groups: Sequence[Batch], single_rows: Sequence[Batch]) -> list[list[Batch]]:
+    """For each batch of `groups`, the batch-size-1 batches of its rows, in its order.
+
+    A batch-size-1 strategy decodes the rows of a group one at a time, so that it is timed on the same rows as the
+    batched strategies it is interleaved with.
+
+    Args:
+        groups (`Sequence[Batch]`): The batches of the main batch size.
+        single_rows (`Sequence[Batch]`): One batch per row (`make_batches(..., batch_size=1)`).
+    """
+    by_row = {batch.rows[0]: batch for batch in single_rows}
+    return [[by_row[row] for row in group.rows] for group in groups]
 
 
 def trim_generated(

@@ -1,37 +1,36 @@
-"""Running one strategy over the batches: an instrumented pass (outputs, statistics, time shares), timed passes.
+"""Running one strategy over the batches once, instrumented: its outputs, statistics, time shares and memory peak.
 
-The first pass over the data is the warm-up and the instrumented one: forward hooks on the verifier (and on the AR
-assistant), a timing wrapper around the drafter, and every output kept. Then `repeats` passes with nothing attached
-are timed (synchronised on CUDA); the median is reported.
+This pass is also the strategy's warm-up: forward hooks on the verifier (and on the AR assistant), a timing wrapper
+around the drafter, and every output kept. The timed passes are not here: they interleave all strategies
+(`interleaved.py`, driven by `runner.py`) through `group_runner`, with nothing attached.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from .batching import Batch, restore_order, trim_generated
 from .memory import measure_peak_memory
-from .strategies import Strategy, generation_kwargs
-from .timing import ModuleTimer, TimedDrafter, median, timed
+from .progress import progress_bar
+from .strategies import Strategy
+from .timing import ModuleTimer, TimedDrafter, timed
 
-__all__ = ["StrategyRun", "run_strategy", "time_passes", "warm_up_and_time"]
+__all__ = ["StrategyRun", "count_generated_tokens", "group_runner", "run_strategy"]
 
 
 @dataclass
 class StrategyRun:
-    """What running one strategy measured.
+    """What the instrumented pass of one strategy measured (its timed passes are interleaved with the others').
 
     Args:
         strategy (`Strategy`): The strategy.
         batch_size (`int`): Rows per `generate()` call.
         sequences (`list[list[int]]`): Generated ids per dataset row (data order, up to and including EOS).
-        times_s (`list[float]`): Wall time of each timed pass over all batches.
         instrumented_s (`float`): Wall time of the instrumented pass (hooks attached).
         verifier_s (`float`): Time inside the verifier's forward passes (encoder and decoder) in that pass.
         verifier_decoder_calls (`int`): The verifier's decoder forward passes in that pass.
@@ -43,7 +42,6 @@ class StrategyRun:
     strategy: Strategy
     batch_size: int
     sequences: list[list[int]]
-    times_s: list[float]
     instrumented_s: float
     verifier_s: float
     verifier_decoder_calls: int
@@ -51,11 +49,6 @@ class StrategyRun:
     speculative: dict[str, Any] | None = None
     peak_activation_bytes: int | None = None
     generation_kwargs: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def time_s(self) -> float:
-        """Median wall time of the timed passes."""
-        return median(self.times_s)
 
     @property
     def generated_tokens(self) -> int:
@@ -77,10 +70,7 @@ class StrategyRun:
 
 def _generate_all(verifier, batches: Sequence[Batch], kwargs: dict, desc: str, disable_tqdm: bool) -> list:
     with torch.inference_mode():
-        return [
-            verifier.generate(**batch.inputs, **kwargs)
-            for batch in tqdm(batches, desc=desc, leave=False, disable=disable_tqdm)
-        ]
+        return [verifier.generate(**batch.inputs, **kwargs) for batch in progress_bar(batches, desc, disable_tqdm)]
 
 
 def _sum_speculative_stats(outputs: list) -> dict[str, Any]:
@@ -113,107 +103,98 @@ def _sequences(outputs: list) -> list[torch.LongTensor]:
     return [output if isinstance(output, torch.Tensor) else output.sequences for output in outputs]
 
 
-def time_passes(
-    verifier, batches: Sequence[Batch], kwargs: dict, repeats: int, device: torch.device, desc: str, disable_tqdm: bool
-) -> list[float]:
-    """Wall time of `repeats` full passes over `batches` (nothing attached; synchronised on CUDA)."""
-    times = []
-    for i in range(repeats):
-        label = f"{desc} {i + 1}/{repeats}"
-        times.append(
-            timed(lambda label=label: _generate_all(verifier, batches, kwargs, label, disable_tqdm), device)[0]
-        )
-    return times
+def group_runner(verifier, groups: Sequence[Sequence[Batch]], kwargs: dict) -> Callable[[int], list]:
+    """`run(g)`: generate the batches of `groups[g]` with nothing attached, the unit of the interleaved timing.
 
-
-def warm_up_and_time(
-    verifier,
-    batches: Sequence[Batch],
-    kwargs: dict,
-    repeats: int,
-    device: torch.device,
-    eos_token_ids: Sequence[int],
-    desc: str,
-    disable_tqdm: bool,
-) -> tuple[list[float], int]:
-    """One untimed pass (warm-up; counts the generated tokens), then `repeats` timed passes.
-
-    Returns:
-        `(times_s, generated_tokens)`: the wall time of each timed pass and the tokens one pass generates.
+    Args:
+        verifier: The model whose `generate()` runs.
+        groups (`Sequence[Sequence[Batch]]`): Per group, the batches one strategy decodes it in (the group's batch
+            itself, or its rows one at a time for batch-size-1 strategies).
+        kwargs (`dict`): The strategy's `generate()` arguments.
     """
-    outputs = _generate_all(verifier, batches, kwargs, f"{desc} warm-up", disable_tqdm)
-    tokens = sum(len(ids) for sequences in _sequences(outputs) for ids in trim_generated(sequences, eos_token_ids))
-    return time_passes(verifier, batches, kwargs, repeats, device, desc, disable_tqdm), tokens
+
+    def run(group: int) -> list:
+        with torch.inference_mode():
+            return [verifier.generate(**batch.inputs, **kwargs) for batch in groups[group]]
+
+    return run
+
+
+def count_generated_tokens(
+    verifier, batches: Sequence[Batch], kwargs: dict, eos_token_ids: Sequence[int], desc: str, disable_tqdm: bool
+) -> int:
+    """One untimed pass over `batches` (a warm-up); the tokens it generated, up to and including each row's EOS.
+
+    Args:
+        verifier: The model whose `generate()` runs.
+        batches (`Sequence[Batch]`): The inputs.
+        kwargs (`dict`): The strategy's `generate()` arguments.
+        eos_token_ids (`Sequence[int]`): Where each output is cut.
+        desc (`str`): The progress bar's label.
+        disable_tqdm (`bool`): Hide the progress bar.
+    """
+    outputs = _generate_all(verifier, batches, kwargs, desc, disable_tqdm)
+    return sum(len(ids) for sequences in _sequences(outputs) for ids in trim_generated(sequences, eos_token_ids))
 
 
 def run_strategy(
     strategy: Strategy,
     verifier,
     batches: Sequence[Batch],
+    kwargs: dict[str, Any],
     device: torch.device,
     eos_token_ids: Sequence[int],
-    repeats: int,
-    max_new_tokens: int,
-    num_beams: int = 5,
-    drafter=None,
-    assistant=None,
-    prompt_lookup_num_tokens: int = 10,
-    max_matching_ngram_size: int = 2,
     measure_memory: bool = True,
     disable_tqdm: bool = False,
 ) -> StrategyRun:
-    """Run `strategy` over `batches`: one instrumented pass (warm-up, outputs, time shares), `repeats` timed passes.
+    """Run `strategy` once over `batches`, instrumented: the warm-up, its outputs, statistics and time shares.
+
+    Args:
+        strategy (`Strategy`): The strategy.
+        verifier: The model whose `generate()` runs.
+        batches (`Sequence[Batch]`): Its inputs.
+        kwargs (`dict`): Its `generate()` arguments (`strategies.generation_kwargs`); a speculative strategy's
+            `drafter` is wrapped in a `TimedDrafter` for this pass, an `assistant_model` gets forward hooks.
+        device (`torch.device`): Synchronised around timed calls.
+        eos_token_ids (`Sequence[int]`): Where each output is cut.
+        measure_memory (`bool`): Also measure the memory peak of one call on the first batch.
+        disable_tqdm (`bool`): Hide the progress bar.
 
     Returns:
         [`StrategyRun`]
     """
-
-    def kwargs_with(drafter_for_call) -> dict:
-        return generation_kwargs(
-            strategy,
-            max_new_tokens=max_new_tokens,
-            num_beams=num_beams,
-            drafter=drafter_for_call,
-            assistant_model=assistant,
-            prompt_lookup_num_tokens=prompt_lookup_num_tokens,
-            max_matching_ngram_size=max_matching_ngram_size,
-        )
-
     # 1. Instrumented pass: hooks on the verifier (encoder + decoder calls) and on the assistant, a timing drafter.
-    timed_drafter = TimedDrafter(drafter, device) if strategy.kind == "speculative" else None
+    timed_drafter = TimedDrafter(kwargs["drafter"], device) if strategy.kind == "speculative" else None
+    instrumented_kwargs = kwargs if timed_drafter is None else {**kwargs, "drafter": timed_drafter}
     verifier_timer = ModuleTimer([verifier.get_encoder(), verifier], device)
     assistant_timer = None
     with contextlib.ExitStack() as hooks:
         hooks.enter_context(verifier_timer)
         if strategy.kind == "assisted":
+            assistant = kwargs["assistant_model"]
             assistant_timer = hooks.enter_context(ModuleTimer([assistant.get_encoder(), assistant], device))
         instrumented_s, outputs = timed(
-            lambda: _generate_all(verifier, batches, kwargs_with(timed_drafter), strategy.name, disable_tqdm), device
+            lambda: _generate_all(verifier, batches, instrumented_kwargs, strategy.name, disable_tqdm), device
         )
     per_batch = [trim_generated(sequences, eos_token_ids) for sequences in _sequences(outputs)]
     sequences = restore_order(batches, per_batch)
 
-    # 2. Timed passes, nothing attached.
-    plain_kwargs = kwargs_with(drafter)
-    times_s = time_passes(verifier, batches, plain_kwargs, repeats, device, f"{strategy.name} timed", disable_tqdm)
-
-    # 3. Memory peak of one call on the first (with length sorting: the longest) batch.
+    # 2. Memory peak of one call on the first (with length sorting: the longest) batch.
     peak = None
     if measure_memory:
         with torch.inference_mode():
-            peak = measure_peak_memory(lambda: verifier.generate(**batches[0].inputs, **plain_kwargs), device)
+            peak = measure_peak_memory(lambda: verifier.generate(**batches[0].inputs, **kwargs), device)
 
     drafter_s = None
     if timed_drafter is not None:
         drafter_s = timed_drafter.total_s
     elif assistant_timer is not None:
         drafter_s = assistant_timer.total_s
-    recorded = {key: value for key, value in plain_kwargs.items() if isinstance(value, (int, float, str, bool))}
+    recorded = {key: value for key, value in kwargs.items() if isinstance(value, (int, float, str, bool))}
     return StrategyRun(
         strategy=strategy,
         batch_size=max(len(batch.rows) for batch in batches),
         sequences=sequences,
-        times_s=times_s,
         instrumented_s=instrumented_s,
         verifier_s=verifier_timer.total_s,
         verifier_decoder_calls=verifier_timer.calls[1],

@@ -14,6 +14,9 @@ import sacrebleu
 import torch
 import transformers
 
+from .interleaved import format_spread
+from .machine import cpu_model
+
 __all__ = ["environment_info", "markdown_tables", "write_generations", "write_json"]
 
 _MIB = 1024 * 1024
@@ -26,7 +29,7 @@ def environment_info(device: torch.device, dtype: str) -> dict[str, Any]:
     if device.type == "cuda":
         device_name = torch.cuda.get_device_name(device)
     else:
-        device_name = platform.processor() or platform.machine()
+        device_name = cpu_model()
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "python": platform.python_version(),
@@ -79,15 +82,19 @@ def markdown_tables(results: dict[str, dict], metrics: Sequence[str]) -> str:
         cells += [
             _number(result["identical_to_greedy"], 3),
             _number(result["tokens_per_iteration"], 2),
-            _number(speed["time_s"], 3),
+            format_spread(speed["time_s"], speed["time_s_min"], speed["time_s_max"], 3),
             _number(speed["tokens_per_s"], 1),
             _number(speed["sentences_per_s"], 2),
-            _number(speed["speedup"], 2) + "×",
+            format_spread(speed["speedup"], speed["speedup_min"], speed["speedup_max"], 2, "×"),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     if "rouge" in metrics:
         lines.append("\nROUGE: mean F1 × 100 (rouge-score, stemmed).")
-    lines.append("Speed-up: greedy time / strategy time, greedy measured in the same run at the same batch size.")
+    lines.append(
+        "Time: median over repeats of the total over all rows (min–max in brackets); tok/s and sent/s from the "
+        "median. Speed-up: median over repeats of greedy's total / the strategy's total in the same repeat, greedy at "
+        "the same batch size; every strategy timed interleaved with the others, batch by batch, in a rotating order."
+    )
 
     header = [
         "strategy",

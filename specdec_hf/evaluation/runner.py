@@ -6,7 +6,9 @@ wall-clock speed-up over greedy decoding in the same process, plus the latencyâ€
 (Figure 5) and the drafter's memory next to the verifier's.
 
 Order of work: every check that can fail (arguments, output directory, data, model compatibility) runs before the
-first `generate()` call.
+first `generate()` call. Then each strategy runs once instrumented (its warm-up, outputs and statistics), and its
+timed passes are interleaved with every other strategy's (`interleaved.py`): per repeat, all strategies decode each
+batch back to back in a rotating order, and a speed-up is the median over repeats of the paired ratio of totals.
 """
 
 from __future__ import annotations
@@ -23,9 +25,11 @@ from transformers import set_seed
 from ..data.loading import DataArguments, load_text_pairs
 from ..data.tokenization import default_source_prefix
 from .arguments import EvaluationArguments
-from .batching import Batch, encode_sources, make_batches
-from .execution import StrategyRun, run_strategy, warm_up_and_time
+from .batching import Batch, encode_sources, make_batches, single_row_groups
+from .execution import StrategyRun, count_generated_tokens, group_runner, run_strategy
+from .interleaved import format_spread, spread, time_interleaved, timing_summary
 from .loading import EvaluationModels, load_models, resolve_device
+from .machine import check_machine_load
 from .memory import memory_method, parameter_bytes
 from .metrics import corpus_quality, fraction_identical
 from .preflight import check_models, check_output_dir, check_pairs
@@ -40,6 +44,7 @@ logger = logging.getLogger(__name__)
 RESULTS_FILE = "results.json"
 TABLE_FILE = "results.md"
 PLOT_FILE = "latency_throughput.png"
+TIMING_SCHEME = "interleaved, rotating order, median of {repeats} repeats, range in brackets"
 
 
 def _eos_token_ids(verifier) -> list[int]:
@@ -84,7 +89,8 @@ def _strategy_result(
     run: StrategyRun,
     quality: dict,
     identical: float,
-    reference_time_s: float,
+    times_s: list[float],
+    reference_times_s: list[float],
     reference_name: str,
     reference_peak: int | None,
     models: EvaluationModels,
@@ -93,7 +99,8 @@ def _strategy_result(
     num_samples: int,
 ) -> dict[str, Any]:
     strategy = run.strategy
-    time_s = run.time_s
+    timing = timing_summary(times_s, reference_times_s)
+    time_s = timing["time_s"]
     extra_parameters = 0
     settings: dict[str, Any] = {}
     if strategy.kind == "speculative":
@@ -126,13 +133,11 @@ def _strategy_result(
         "identical_to_greedy": identical,
         "tokens_per_iteration": run.tokens_per_iteration,
         "speed": {
-            "time_s": time_s,
-            "times_s": run.times_s,
+            **timing,
             "repeats": repeats,
             "generated_tokens": run.generated_tokens,
             "tokens_per_s": run.generated_tokens / time_s,
             "sentences_per_s": num_samples / time_s,
-            "speedup": reference_time_s / time_s,
             "speedup_reference": reference_name,
         },
         "time_share": {
@@ -178,13 +183,15 @@ def run_evaluation(args: EvaluationArguments, data_args: DataArguments) -> dict[
     """Evaluate every strategy of `args` on the data of `data_args`; write and return the results.
 
     Returns:
-        `dict`: what `results.json` holds: `environment`, `config`, `models`, `data`, `strategies` (per strategy:
-        `quality`, `identical_to_greedy`, `tokens_per_iteration`, `speed`, `time_share`, `speculative`, `memory`,
+        `dict`: what `results.json` holds: `environment` (with the load average at the start, and a warning when
+        the machine was shared), `config`, `models`, `data`, `timing`, `strategies` (per strategy: `quality`,
+        `identical_to_greedy`, `tokens_per_iteration`, `speed`, `time_share`, `speculative`, `memory`,
         `generations_file`), `reference_timings`, `memory` and `sweep`.
     """
-    # 1. Checks that need no model: strategies (parsed with the arguments), output directory, data.
+    # 1. Checks that need no model: strategies (parsed with the arguments), output directory, data; the machine.
     if args.num_threads:
         torch.set_num_threads(args.num_threads)
+    machine_load = check_machine_load(torch.get_num_threads())
     set_seed(args.seed)
     device = resolve_device(args.device)
     strategies = args.resolved_strategies
@@ -213,7 +220,7 @@ def run_evaluation(args: EvaluationArguments, data_args: DataArguments) -> dict[
     )
     eos_ids = _eos_token_ids(verifier)
 
-    # 4. Every strategy on the same inputs; greedy first (the reference).
+    # 4. Every strategy on the same inputs, instrumented (also its warm-up); greedy first (the reference).
     logger.info("evaluating %s on %d rows of %s", [s.name for s in strategies], pairs.num_rows, description)
     runs = {s.name: _run(s, args, models, inputs, eos_ids, device, args.measure_memory) for s in strategies}
     reference_runs = {"greedy": runs["greedy"]}
@@ -224,10 +231,13 @@ def run_evaluation(args: EvaluationArguments, data_args: DataArguments) -> dict[
             greedy, args, models, inputs, eos_ids, device, args.measure_memory, size=1
         )
 
-    # 5. Quality, agreement with greedy, speed-up; the generated texts.
+    # 5. Timed passes: every strategy interleaved with the others on each batch.
+    times = _time_interleaved(args, models, inputs, {**runs, **reference_runs}, device)
+
+    # 6. Quality, agreement with greedy, speed-up; the generated texts.
     results = {}
     for name, run in runs.items():
-        results[name], hypotheses = _score(run, runs["greedy"], reference_runs, pairs, models, args)
+        results[name], hypotheses = _score(run, runs["greedy"], reference_runs, times, pairs, models, args)
         path = output_dir / "generations" / f"{name}.jsonl"
         write_generations(
             [
@@ -240,14 +250,14 @@ def run_evaluation(args: EvaluationArguments, data_args: DataArguments) -> dict[
         )
         results[name]["generations_file"] = str(path.relative_to(output_dir))
 
-    # 6. Batch-size sweep: the latency-throughput curve.
+    # 7. Batch-size sweep: the latency-throughput curve.
     sweep = (
         _sweep(args, models, inputs.first(args.sweep_max_samples), eos_ids, device, output_dir) if args.sweep else None
     )
 
-    # 7. Everything into results.json, results.md and the console.
+    # 8. Everything into results.json, results.md and the console.
     data = {
-        "environment": environment_info(device, args.dtype),
+        "environment": {**environment_info(device, args.dtype), **machine_load},
         "config": {"evaluation": dataclasses.asdict(args), "data": dataclasses.asdict(data_args)},
         "models": {
             "verifier": args.verifier_name_or_path,
@@ -267,16 +277,15 @@ def run_evaluation(args: EvaluationArguments, data_args: DataArguments) -> dict[
             "source_prefix": source_prefix,
             "max_source_length": max_source_length,
         },
-        "strategies": results,
-        "reference_timings": {
-            name: {
-                "batch_size": run.batch_size,
-                "time_s": run.time_s,
-                "times_s": run.times_s,
-                "peak_activation_bytes": run.peak_activation_bytes,
-            }
-            for name, run in reference_runs.items()
+        "timing": {
+            "scheme": TIMING_SCHEME.format(repeats=args.repeats),
+            "repeats": args.repeats,
+            "groups": len(inputs.batches(args.batch_size)),
+            "group": f"a batch of batch size {args.batch_size} (batch-size-1 strategies decode its rows one by one)",
+            "speedup": "median over repeats of reference total / strategy total of the same repeat",
         },
+        "strategies": results,
+        "reference_timings": {name: _reference_timing(run, times[name]) for name, run in reference_runs.items()},
         "memory": {
             "method": memory_method(device),
             "measured_on": "one generate() call on the first batch (the longest sources when sort_by_length)",
@@ -307,24 +316,69 @@ def _run(
         strategy,
         models.verifier,
         inputs.batches(size),
+        _generation_kwargs(strategy, args, models),
         device=device,
         eos_token_ids=eos_ids,
-        repeats=args.repeats,
-        max_new_tokens=args.max_new_tokens,
-        num_beams=args.num_beams,
-        drafter=models.drafters[strategy.drafter_index] if strategy.kind == "speculative" else None,
-        assistant=models.assistant,
-        prompt_lookup_num_tokens=args.prompt_lookup_num_tokens,
-        max_matching_ngram_size=args.max_matching_ngram_size,
         measure_memory=measure_memory,
         disable_tqdm=args.disable_tqdm,
     )
+
+
+def _generation_kwargs(strategy: Strategy, args: EvaluationArguments, models: EvaluationModels) -> dict[str, Any]:
+    return generation_kwargs(
+        strategy,
+        max_new_tokens=args.max_new_tokens,
+        num_beams=args.num_beams,
+        drafter=models.drafters[strategy.drafter_index] if strategy.kind == "speculative" else None,
+        assistant_model=models.assistant,
+        prompt_lookup_num_tokens=args.prompt_lookup_num_tokens,
+        max_matching_ngram_size=args.max_matching_ngram_size,
+    )
+
+
+def _time_interleaved(
+    args: EvaluationArguments,
+    models: EvaluationModels,
+    inputs: _Inputs,
+    runs: dict[str, StrategyRun],
+    device: torch.device,
+) -> dict[str, list[float]]:
+    """The timed passes of every run, interleaved on the batches of the main batch size: per run, one total a repeat.
+
+    A run at batch size 1 (assisted, prompt lookup, greedy as their reference) decodes each group's rows one at a
+    time, so that every strategy is timed on the same rows at the same moments.
+    """
+    groups = inputs.batches(args.batch_size)
+    row_groups = single_row_groups(groups, inputs.batches(1))
+    runners = {
+        name: group_runner(
+            models.verifier,
+            row_groups if run.batch_size == 1 else [[group] for group in groups],
+            _generation_kwargs(run.strategy, args, models),
+        )
+        for name, run in runs.items()
+    }
+    logger.info("timed passes: %s", TIMING_SCHEME.format(repeats=args.repeats))
+    return time_interleaved(runners, len(groups), args.repeats, device, "timed passes", args.disable_tqdm)
+
+
+def _reference_timing(run: StrategyRun, times_s: list[float]) -> dict[str, Any]:
+    time_s, time_min, time_max = spread(times_s)
+    return {
+        "batch_size": run.batch_size,
+        "time_s": time_s,
+        "time_s_min": time_min,
+        "time_s_max": time_max,
+        "times_s": times_s,
+        "peak_activation_bytes": run.peak_activation_bytes,
+    }
 
 
 def _score(
     run: StrategyRun,
     greedy_run: StrategyRun,
     reference_runs: dict[str, StrategyRun],
+    times: dict[str, list[float]],
     pairs,
     models: EvaluationModels,
     args: EvaluationArguments,
@@ -338,7 +392,8 @@ def _score(
         run,
         corpus_quality(hypotheses, pairs["target"], bleu_tokenize=args.bleu_tokenize),
         fraction_identical(run.sequences, greedy_run.sequences),
-        reference_runs[reference_name].time_s,
+        times[run.strategy.name],
+        times[reference_name],
         reference_name,
         reference_runs[reference_name].peak_activation_bytes,
         models,
@@ -357,18 +412,26 @@ def _sweep(
     device: torch.device,
     output_dir: Path,
 ) -> dict[str, Any]:
-    """Latency and throughput of the sweep's strategies at each batch size; the points and the plot."""
+    """Latency and throughput of the sweep's strategies at each batch size; the points and the plot.
+
+    At each batch size every strategy makes one untimed pass (its warm-up, which counts its tokens), then all are
+    timed interleaved on the batches of that size, as in the main comparison.
+    """
     strategies = args.resolved_sweep_strategies
 
-    def measure(strategy: Strategy, batches: list[Batch]) -> tuple[list[float], int]:
-        drafter = models.drafters[strategy.drafter_index] if strategy.kind == "speculative" else None
-        kwargs = generation_kwargs(
-            strategy, max_new_tokens=args.max_new_tokens, num_beams=args.num_beams, drafter=drafter
-        )
-        desc = f"sweep {strategy.name} batch size {len(batches[0].rows)}"
-        return warm_up_and_time(
-            models.verifier, batches, kwargs, args.repeats, device, eos_ids, desc, args.disable_tqdm
-        )
+    def measure(batches: list[Batch]) -> dict[str, tuple[list[float], int]]:
+        size = len(batches[0].rows)
+        kwargs = {strategy.name: _generation_kwargs(strategy, args, models) for strategy in strategies}
+        tokens = {
+            name: count_generated_tokens(
+                models.verifier, batches, kw, eos_ids, f"sweep {name} batch size {size} warm-up", args.disable_tqdm
+            )
+            for name, kw in kwargs.items()
+        }
+        runners = {name: group_runner(models.verifier, [[b] for b in batches], kw) for name, kw in kwargs.items()}
+        desc = f"sweep batch size {size}"
+        times = time_interleaved(runners, len(batches), args.repeats, device, desc, args.disable_tqdm)
+        return {name: (times[name], tokens[name]) for name in kwargs}
 
     points = run_sweep(strategies, args.sweep_batch_sizes, len(inputs.encoded), inputs.batches, measure)
     title = f"{Path(args.verifier_name_or_path).name}: latency vs throughput (labels: batch size)"
@@ -377,7 +440,8 @@ def _sweep(
         "batch_sizes": args.sweep_batch_sizes,
         "strategies": [strategy.name for strategy in strategies],
         "num_samples": len(inputs.encoded),
-        "latency": "median wall time of a pass over the rows divided by its number of batches (s per batch)",
+        "timing": TIMING_SCHEME.format(repeats=args.repeats) + ", per batch size",
+        "latency": "median total of a repeat over the rows divided by its number of batches (s per batch)",
         "points": points,
         "plot": PLOT_FILE,
     }
@@ -389,13 +453,16 @@ def _report(data: dict[str, Any], args: EvaluationArguments, output_dir: Path) -
     header = (
         f"# {args.verifier_name_or_path} on {data['data']['description']}: {data['data']['num_samples']} rows, "
         f"batch size {args.batch_size}, max_new_tokens {args.max_new_tokens}, {environment['device']} "
-        f"({environment['device_name']}, {environment['num_threads']} threads, {environment['dtype']}), "
-        f"median of {args.repeats} timed passes\n"
+        f"({environment['device_name']}, {environment['num_threads']} threads, {environment['dtype']}); "
+        f"timing: {data['timing']['scheme']}\n"
     )
     footer = ""
     reference = data["reference_timings"].get("greedy_batch_size_1")
     if reference is not None:
-        footer += f"\nBatch-size-1 strategies are compared with greedy at batch size 1: {reference['time_s']:.3f} s."
+        seconds = format_spread(reference["time_s"], reference["time_s_min"], reference["time_s_max"], 3)
+        footer += f"\nBatch-size-1 strategies are compared with greedy at batch size 1: {seconds} s."
+    if environment["shared_machine_warning"] is not None:
+        footer += f"\nWarning: {environment['shared_machine_warning']}"
     quality = data["strategies"]["greedy"]["quality"]
     footer += f"\nsacrebleu: BLEU {quality['bleu_signature']} ; chrF {quality['chrf_signature']}"
     if args.measure_memory:

@@ -1,7 +1,8 @@
 """Batch-size sweep: latency and throughput of greedy and speculative decoding at several batch sizes.
 
 This is the latency–throughput trade-off of Xia et al. (2023, arXiv 2203.16487, Figure 5): larger batches raise
-throughput and latency; speculative decoding should move the curve down and to the right.
+throughput and latency; speculative decoding should move the curve down and to the right. At each batch size the
+strategies are timed interleaved (`interleaved.py`), so that each point's speed-up pairs repeats measured together.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .batching import Batch
+from .interleaved import timing_summary
 from .strategies import Strategy
-from .timing import median
 
 __all__ = ["plot_latency_throughput", "run_sweep"]
 
@@ -24,51 +25,52 @@ def run_sweep(
     batch_sizes: Sequence[int],
     num_samples: int,
     make_batches: Callable[[int], list[Batch]],
-    measure: Callable[[Strategy, list[Batch]], tuple[list[float], int]],
+    measure: Callable[[list[Batch]], dict[str, tuple[list[float], int]]],
 ) -> list[dict]:
-    """Measure every (strategy, batch size) pair.
+    """Measure every (strategy, batch size) pair; at each batch size all strategies together.
 
     Args:
         strategies (`Sequence[Strategy]`): What to sweep (batch-capable strategies).
         batch_sizes (`Sequence[int]`): Batch sizes; those above `num_samples` are skipped (logged).
         num_samples (`int`): Rows the sweep decodes.
         make_batches (`Callable[[int], list[Batch]]`): The batches of the sweep's rows for a batch size.
-        measure (`Callable`): `(strategy, batches) -> (timed pass seconds, generated tokens per pass)`.
+        measure (`Callable`): `batches -> {strategy name: (totals of the interleaved repeats, generated tokens per
+            pass)}`, every strategy timed on `batches` in the same repeats.
 
     Returns:
-        `list[dict]`: one point per pair with `strategy`, `batch_size`, `num_batches`, `num_samples`, `times_s`,
-        `time_s` (median), `latency_s` (median time per batch: how long a request waits for its batch),
-        `sentences_per_s`, `tokens_per_s` and `speedup` (over greedy at the same batch size, when greedy was swept).
+        `list[dict]`: one point per pair with `strategy`, `batch_size`, `num_batches`, `num_samples`, the
+        `timing_summary` figures (`time_s` the median total, its range, `speedup` the median paired ratio over
+        greedy at the same batch size with its range and per-repeat `speedups`; `None` when greedy was not swept),
+        `latency_s` (median time per batch: how long a request waits for its batch), `sentences_per_s`,
+        `tokens_per_s` and `generated_tokens`.
     """
     sizes = [size for size in dict.fromkeys(batch_sizes) if size <= num_samples]
     skipped = [size for size in batch_sizes if size > num_samples]
     if skipped:
         logger.warning("sweep: skipping batch sizes %s, above the %d rows evaluated", skipped, num_samples)
+    greedy = next((strategy.name for strategy in strategies if strategy.kind == "greedy"), None)
     points = []
     for size in sizes:
         batches = make_batches(size)
-        greedy_time = None
+        measured = measure(batches)
+        reference = measured[greedy][0] if greedy is not None else None
         for strategy in strategies:
-            times_s, tokens = measure(strategy, batches)
-            time_s = median(times_s)
-            if strategy.kind == "greedy":
-                greedy_time = time_s
+            times_s, tokens = measured[strategy.name]
+            timing = timing_summary(times_s, reference)
+            time_s = timing["time_s"]
             points.append(
                 {
                     "strategy": strategy.name,
                     "batch_size": size,
                     "num_batches": len(batches),
                     "num_samples": num_samples,
-                    "times_s": times_s,
-                    "time_s": time_s,
+                    **timing,
                     "latency_s": time_s / len(batches),
                     "sentences_per_s": num_samples / time_s,
                     "tokens_per_s": tokens / time_s,
                     "generated_tokens": tokens,
                 }
             )
-        for point in points[-len(strategies) :]:
-            point["speedup"] = greedy_time / point["time_s"] if greedy_time is not None else None
     return points
 
 

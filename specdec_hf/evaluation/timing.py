@@ -109,6 +109,16 @@ class TimedDrafter(Drafter):
     def block_size(self) -> int:
         return self.drafter.block_size
 
+    @property
+    def max_block_size(self) -> int | None:
+        """The wrapped drafter's limit on k (`None`: none), so that `generate()` checks `block_size` against it."""
+        return getattr(self.drafter, "max_block_size", None)
+
+    @property
+    def verifier_state_layers(self) -> list[int] | None:
+        """The wrapped drafter's; the loop hands `propose` the verifier's states only when it is set."""
+        return getattr(self.drafter, "verifier_state_layers", None)
+
     def _time(self, fn: Callable[[], Any]) -> Any:
         seconds, result = timed(fn, self.device)
         self.total_s += seconds
@@ -117,9 +127,10 @@ class TimedDrafter(Drafter):
     def init_drafting_state(self, input_ids, attention_mask, encoder_hidden_states) -> Any:
         return self._time(lambda: self.drafter.init_drafting_state(input_ids, attention_mask, encoder_hidden_states))
 
-    def propose(self, state, prefix_ids, prefix_lengths, block_size) -> DraftProposal:
+    def propose(self, state, prefix_ids, prefix_lengths, block_size, **kwargs) -> DraftProposal:
+        """The wrapped drafter's proposal, timed; `kwargs` (e.g. `prefix_states`) are passed on."""
         self.propose_calls += 1
-        return self._time(lambda: self.drafter.propose(state, prefix_ids, prefix_lengths, block_size))
+        return self._time(lambda: self.drafter.propose(state, prefix_ids, prefix_lengths, block_size, **kwargs))
 
     def select_rows(self, state, rows) -> Any:
         return self.drafter.select_rows(state, rows)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,7 +47,7 @@ def run_output(eval_models, tmp_path_factory):
         "output_dir": str(tmp / "unused"),
         "batch_size": 4,
         "max_new_tokens": 10,
-        "repeats": 1,
+        "repeats": 2,
         "sweep_batch_sizes": [1, 4, 16],
         "disable_tqdm": True,
     }
@@ -59,7 +61,9 @@ def run_output(eval_models, tmp_path_factory):
 def test_files_written(run_output):
     data, output_dir = run_output
     assert (output_dir / "results.json").is_file()
-    assert (output_dir / "results.md").read_text().count("| spec_k4_b1_t0 |") == 2
+    table = (output_dir / "results.md").read_text()
+    assert table.count("| spec_k4_b1_t0 |") == 2
+    assert "timing: interleaved, rotating order, median of 2 repeats, range in brackets" in table.splitlines()[0]
     png = (output_dir / "latency_throughput.png").read_bytes()
     assert png.startswith(b"\x89PNG")
     on_disk = json.loads((output_dir / "results.json").read_text())
@@ -75,6 +79,7 @@ def test_environment_and_config_recorded(run_output):
     environment = data["environment"]
     for key in ("torch", "transformers", "device", "num_threads", "date"):
         assert environment[key]
+    assert "load_average_1min" in environment and "shared_machine_warning" in environment
     assert data["models"]["verifier"].endswith("verifier")
     assert data["config"]["evaluation"]["limit"] == 8
     assert data["data"]["num_samples"] == 8
@@ -87,13 +92,16 @@ def test_figures_consistent(run_output):
     assert set(strategies) == {"greedy", "beam", "spec_k4_b1_t0", "spec_k3_b3_t1.5", "assisted", "prompt_lookup"}
     greedy = strategies["greedy"]
     assert greedy["speed"]["speedup"] == 1.0
+    assert greedy["speed"]["speedups"] == [1.0, 1.0]
     assert greedy["identical_to_greedy"] == 1.0
     assert greedy["tokens_per_iteration"] == 1.0
     for name, result in strategies.items():
         assert isinstance(result["quality"]["bleu"], float), name
         assert 0.0 <= result["quality"]["rougeL"] <= 1.0
-        assert result["speed"]["time_s"] > 0
-        assert result["speed"]["speedup"] > 0
+        speed = result["speed"]
+        assert len(speed["times_s"]) == len(speed["speedups"]) == 2
+        assert 0 < speed["time_s_min"] <= speed["time_s"] <= speed["time_s_max"]
+        assert 0 < speed["speedup_min"] <= speed["speedup"] <= speed["speedup_max"]
         assert result["speed"]["generated_tokens"] > 0
         assert result["memory"]["peak_activation_bytes"] is not None
     lossless = strategies["spec_k4_b1_t0"]
@@ -111,7 +119,13 @@ def test_figures_consistent(run_output):
     assert strategies["assisted"]["batch_size"] == 1
     assert strategies["assisted"]["speed"]["speedup_reference"] == "greedy_batch_size_1"
     assert strategies["assisted"]["tokens_per_iteration"] >= 1.0
-    assert "greedy_batch_size_1" in data["reference_timings"]
+    reference = data["reference_timings"]["greedy_batch_size_1"]
+    assert reference["batch_size"] == 1 and len(reference["times_s"]) == 2
+    assistant_ratios = [
+        r / t for r, t in zip(reference["times_s"], strategies["assisted"]["speed"]["times_s"], strict=True)
+    ]
+    assert strategies["assisted"]["speed"]["speedups"] == assistant_ratios  # paired with greedy at batch size 1
+    assert data["timing"]["repeats"] == 2 and data["timing"]["groups"] == 2  # 8 rows in batches of 4
 
 
 def test_sweep(run_output):
@@ -126,5 +140,19 @@ def test_sweep(run_output):
     }
     for point in points:
         assert point["latency_s"] > 0 and point["tokens_per_s"] > 0
+        assert len(point["times_s"]) == len(point["speedups"]) == 2
         if point["strategy"] == "greedy":
             assert point["speedup"] == 1.0
+
+
+def test_log_is_readable_when_redirected(base_argv, tmp_path):
+    """`evaluate.py > log.txt 2>&1` with progress bars on: no carriage-return redraws in the log, the tables intact."""
+    at = base_argv.index("--disable_tqdm")
+    argv = base_argv[:at] + base_argv[at + 2 :] + ["--strategies", "greedy", "spec_k4_b1_t0"]
+    log = tmp_path / "log.txt"
+    with log.open("w") as handle:
+        command = [sys.executable, str(REPO / "evaluate.py"), *argv]
+        subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, cwd=REPO, check=True, timeout=600)
+    text = log.read_bytes()  # bytes: text mode would turn the carriage returns into newlines
+    assert b"\r" not in text
+    assert b"| spec_k4_b1_t0 | 4 |" in text

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from specdec_hf.evaluation import parse_strategy, resolve_strategies
-from specdec_hf.evaluation.batching import make_batches, restore_order, trim_generated
+from specdec_hf.evaluation.batching import make_batches, restore_order, single_row_groups, trim_generated
 from specdec_hf.evaluation.report import markdown_tables
 from specdec_hf.evaluation.strategies import Strategy, generation_kwargs
 from specdec_hf.evaluation.sweep import plot_latency_throughput, run_sweep
@@ -22,6 +22,15 @@ def test_make_batches_sorts_pads_and_restores_order():
     assert restore_order(batches, per_batch) == [f"row{i}" for i in range(5)]
     unsorted = make_batches(encoded, batch_size=2, pad_token_id=0, sort_by_length=False)
     assert [batch.rows for batch in unsorted] == [[0, 1], [2, 3], [4]]
+
+
+def test_single_row_groups_follow_the_rows_of_each_batch():
+    encoded = [[5, 1], [5, 6, 7, 1], [5, 6, 1], [9, 1], [8, 8, 8, 8, 1]]
+    groups = make_batches(encoded, batch_size=2, pad_token_id=0)  # rows [4, 1], [2, 0], [3]
+    single = make_batches(encoded, batch_size=1, pad_token_id=0)
+    by_group = single_row_groups(groups, single)
+    assert [[batch.rows for batch in group] for group in by_group] == [[[4], [1]], [[2], [0]], [[3]]]
+    assert by_group[0][1].input_ids.tolist() == [[5, 6, 7, 1]]  # unpadded: alone in its batch
 
 
 def test_trim_generated_drops_the_start_token_and_what_follows_eos():
@@ -62,8 +71,8 @@ def test_run_sweep_bookkeeping_and_plot(tmp_path):
     def make(size):
         return make_batches([[5, 1]] * 6, size, pad_token_id=0)
 
-    def measure(strategy, batches):  # a fake clock: speculative is twice as fast
-        return ([1.0, 3.0, 2.0] if strategy.kind == "greedy" else [1.0, 1.0, 1.0]), 60
+    def measure(batches):  # a fake clock, drifting between repeats: speculative is 1, 3 and 2 times as fast
+        return {"greedy": ([1.0, 3.0, 2.0], 60), "spec_k4_b1_t0": ([1.0, 1.0, 1.0], 60)}
 
     points = run_sweep(strategies, [1, 4, 8], 6, make, measure)
     assert [(p["strategy"], p["batch_size"]) for p in points] == [
@@ -74,8 +83,12 @@ def test_run_sweep_bookkeeping_and_plot(tmp_path):
     ]
     greedy_4 = points[2]
     assert greedy_4["time_s"] == 2.0 and greedy_4["num_batches"] == 2 and greedy_4["latency_s"] == 1.0
+    assert (greedy_4["time_s_min"], greedy_4["time_s_max"]) == (1.0, 3.0)
     assert greedy_4["tokens_per_s"] == 30.0 and greedy_4["sentences_per_s"] == 3.0
-    assert points[3]["speedup"] == 2.0
+    assert greedy_4["speedups"] == [1.0, 1.0, 1.0]
+    spec_4 = points[3]
+    assert spec_4["speedups"] == [1.0, 3.0, 2.0]  # paired per repeat
+    assert (spec_4["speedup"], spec_4["speedup_min"], spec_4["speedup_max"]) == (2.0, 1.0, 3.0)
     path = plot_latency_throughput(points, tmp_path / "curve.png")
     assert path.read_bytes().startswith(b"\x89PNG")
 
@@ -86,14 +99,26 @@ def test_markdown_table_shows_requested_metrics():
         "quality": {"bleu": 12.345, "chrf": 40.0, "rouge1": 0.5, "rouge2": 0.25, "rougeL": 0.4},
         "identical_to_greedy": 1.0,
         "tokens_per_iteration": 2.5,
-        "speed": {"time_s": 1.0, "tokens_per_s": 100.0, "sentences_per_s": 8.0, "speedup": 1.5},
+        "speed": {
+            "time_s": 1.0,
+            "time_s_min": 0.9,
+            "time_s_max": 1.25,
+            "tokens_per_s": 100.0,
+            "sentences_per_s": 8.0,
+            "speedup": 1.5,
+            "speedup_min": 1.234,
+            "speedup_max": 1.6,
+        },
         "time_share": {"verifier": 0.6, "drafter": 0.3},
         "speculative": {"acceptance_by_position": [0.9, 0.5, None]},
         "memory": {"peak_activation_bytes": 2 * 1024 * 1024, "extra_total_bytes": 1024 * 1024},
     }
     table = markdown_tables({"spec_k3_b1_t0": result}, ["bleu"])
     assert "| strategy | batch | BLEU | = greedy | Tok. |" in table
-    assert "| spec_k3_b1_t0 | 4 | 12.35 | 1.000 | 2.50 | 1.000 | 100.0 | 8.00 | 1.50× |" in table
+    assert (
+        "| spec_k3_b1_t0 | 4 | 12.35 | 1.000 | 2.50 | 1.000 (0.900–1.250) | 100.0 | 8.00 | 1.50× (1.23–1.60) |"
+        in table
+    )
     assert "| spec_k3_b1_t0 | 0.60 | 0.30 | 0.90 0.50 – | 2.0 | 1.0 |" in table
     assert "R-1" not in table
     assert "| 50.00 | 25.00 | 40.00 |" in markdown_tables({"x": result}, ["rouge"])

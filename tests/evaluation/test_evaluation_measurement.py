@@ -5,7 +5,9 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import torch
+from conftest import build_verifier, make_source_batch
 
+from specdec_hf import SpecDrafterModel, speculative_generate
 from specdec_hf.evaluation import ModuleTimer, TimedDrafter, measure_peak_memory, parameter_bytes
 from specdec_hf.evaluation.memory import peak_from_profiler_events
 
@@ -54,11 +56,37 @@ def test_timed_drafter_delegates():
     inner = CountingDrafter()
     drafter = TimedDrafter(inner, CPU)
     assert (drafter.vocab_size, drafter.block_size) == (11, 3)
+    assert drafter.verifier_state_layers is None and drafter.max_block_size is None  # the interface's defaults
     state = drafter.init_drafting_state(None, None, torch.zeros(1, 2, 4))
     assert drafter.propose(state, None, None, 3) == "proposal"
     assert drafter.select_rows(state, None) == "state"
     assert inner.proposed == drafter.propose_calls == 1
     assert drafter.total_s > 0
+
+
+def test_timed_drafter_passes_verifier_states_on():
+    """Wrapped, a drafter that reads the verifier's states decodes as alone (β = 3: the drafts shape the output)."""
+    verifier = build_verifier("bart")
+    torch.manual_seed(0)
+    drafter = SpecDrafterModel.from_verifier(
+        verifier,
+        block_size=4,
+        decoder_layers=1,
+        prefix_attention="causal",
+        prefix_feature_layers=[-1],
+        use_verifier_encoder=True,
+    ).eval()
+    timed_drafter = TimedDrafter(drafter, CPU)
+    assert timed_drafter.verifier_state_layers == [-1] and timed_drafter.max_block_size == 4
+    inputs = make_source_batch(2, seed=1, pad_token_id=verifier.config.pad_token_id)
+    kwargs = dict(
+        max_new_tokens=12, custom_generate=speculative_generate, beta=3, tau=1.0, return_dict_in_generate=True
+    )
+    alone = verifier.generate(**inputs, **kwargs, drafter=drafter)
+    wrapped = verifier.generate(**inputs, **kwargs, drafter=timed_drafter)
+    assert torch.equal(wrapped.sequences, alone.sequences)
+    assert wrapped.speculative_stats.accepted_tokens == alone.speculative_stats.accepted_tokens
+    assert timed_drafter.propose_calls == alone.speculative_stats.drafter_calls and timed_drafter.total_s > 0
 
 
 def event(start, delta):

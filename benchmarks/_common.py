@@ -1,0 +1,53 @@
+"""What the benchmarks share: a header naming the run and the machine, and `median (min–max)` figures.
+
+Figures that are compared (greedy vs speculative, a drafter call vs a verifier step) are measured in one process,
+interleaved in a rotating order, with `specdec_hf.evaluation.interleaved` (the scheme of `evaluate.py`): a machine's
+drift over minutes then hits both alike, and ratios are taken per repeat.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shlex
+import sys
+from collections.abc import Sequence
+
+import torch
+import transformers
+
+from specdec_hf.evaluation.interleaved import format_spread, spread
+from specdec_hf.evaluation.machine import cpu_model, load_average
+
+__all__ = ["print_header", "with_range"]
+
+
+def print_header(repeats: int) -> None:
+    """Print the command line, the machine (CPU model, cores, load), the versions, torch's threads and the runs.
+
+    Args:
+        repeats (`int`): The interleaved runs each figure is the median of.
+    """
+    load = load_average()
+    print(f"command: python {shlex.join(sys.argv)}")
+    print(
+        f"machine: {cpu_model()}, {os.cpu_count()} logical cores, load average "
+        f"{'unknown' if load is None else f'{load:.2f}'} at start; {platform.platform()}"
+    )
+    print(
+        f"torch {torch.__version__}, transformers {transformers.__version__}, {torch.get_num_threads()} thread(s); "
+        f"{repeats} runs interleaved in a rotating order after a warm-up; figures: median (min–max) over the runs"
+    )
+
+
+def with_range(values: Sequence[float], digits: int = 3, scale: float = 1.0, suffix: str = "") -> str:
+    """`median (min–max)` of `values`, e.g. `with_range(ratios, 2, suffix="×")`.
+
+    Args:
+        values (`Sequence[float]`): One figure per run.
+        digits (`int`): Decimals shown.
+        scale (`float`): Multiplies every value (1e3: seconds shown in ms).
+        suffix (`str`): Written after the median (a unit).
+    """
+    median, low, high = spread(values)
+    return format_spread(median * scale, low * scale, high * scale, digits, suffix)
