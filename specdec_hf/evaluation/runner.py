@@ -111,6 +111,7 @@ def _strategy_result(
             "block_size": strategy.block_size,
             "beta": strategy.beta,
             "tau": strategy.tau,
+            "draft_confidence_threshold": strategy.confidence_threshold,
         }
     elif strategy.kind == "assisted":
         extra_parameters = parameter_bytes(models.assistant)

@@ -4,9 +4,10 @@ Names:
 
 * `greedy`: `generate(do_sample=False, num_beams=1)`, the reference of speed-up and identical-to-greedy;
 * `beam`: beam search with `num_beams` beams;
-* `spec_k<k>_b<β>_t<τ>` (e.g. `spec_k8_b1_t0`, `spec_k10_b5_t3.5`): Speculative Decoding (Xia et al., 2023, arXiv
-  2203.16487) with block size k, top-β and tolerance τ; with several drafters it runs with each (the result names
-  get `_d<i>`), and `spec_..._d<i>` picks drafter i only;
+* `spec_k<k>_b<β>_t<τ>[_c<c>]` (e.g. `spec_k8_b1_t0`, `spec_k10_b5_t3.5`, `spec_k8_b1_t0_c0.2`): Speculative
+  Decoding (Xia et al., 2023, arXiv 2203.16487) with block size k, top-β and tolerance τ, and with `_c<c>` verifying
+  only the drafts whose running drafter confidence stays at or above c (`draft_confidence_threshold`); with several
+  drafters it runs with each (the result names get `_d<i>`), and `spec_..._d<i>` picks drafter i only;
 * `assisted`: transformers' assisted generation with an autoregressive `assistant_model` (batch size 1 only);
 * `prompt_lookup`: transformers' prompt-lookup decoding (`prompt_lookup_num_tokens`; batch size 1 only). With an
   encoder-decoder model transformers matches n-grams in the decoder's own tokens so far, not in the source.
@@ -14,6 +15,7 @@ Names:
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -30,11 +32,15 @@ __all__ = [
 ]
 
 STRATEGY_NAME_HELP = (
-    "greedy, beam, spec_k<k>_b<beta>_t<tau>[_d<drafter index>] (e.g. spec_k8_b1_t0, spec_k10_b5_t3.5), "
+    "greedy, beam, spec_k<k>_b<beta>_t<tau>[_c<confidence threshold>][_d<drafter index>] (e.g. spec_k8_b1_t0, "
+    "spec_k10_b5_t3.5, spec_k8_b1_t0_c0.2), "
     "assisted, prompt_lookup"
 )
 _PLAIN_KINDS = ("greedy", "beam", "assisted", "prompt_lookup")
-_SPECULATIVE_NAME = re.compile(r"^spec_k(?P<k>\d+)_b(?P<beta>\d+)_t(?P<tau>\d+(?:\.\d+)?)(?:_d(?P<drafter>\d+))?$")
+_SPECULATIVE_NAME = re.compile(
+    r"^spec_k(?P<k>\d+)_b(?P<beta>\d+)_t(?P<tau>\d+(?:\.\d+)?)(?:_c(?P<confidence>\d+(?:\.\d+)?))?"
+    r"(?:_d(?P<drafter>\d+))?$"
+)
 # transformers' assisted generation and prompt lookup refuse batches of more than one row
 BATCH_ONE_KINDS = ("assisted", "prompt_lookup")
 
@@ -47,6 +53,7 @@ class Strategy:
         name (`str`): Its name in the config and in every output.
         kind (`str`): `"greedy"`, `"beam"`, `"speculative"`, `"assisted"` or `"prompt_lookup"`.
         block_size, beta, tau: The speculative settings (k, β, τ); `None` for other kinds.
+        confidence_threshold (`float`, *optional*): `draft_confidence_threshold` of a speculative strategy.
         drafter_index (`int`, *optional*): Which of the configured drafters; `None` for other kinds.
     """
 
@@ -56,6 +63,7 @@ class Strategy:
     beta: int | None = None
     tau: float | None = None
     drafter_index: int | None = None
+    confidence_threshold: float | None = None
 
     @property
     def batch_one_only(self) -> bool:
@@ -74,7 +82,9 @@ def parse_strategy(name: str) -> Strategy:
     match = _SPECULATIVE_NAME.match(name)
     if match is None:
         raise ValueError(f"unknown strategy {name!r}; valid names: {STRATEGY_NAME_HELP}.")
-    drafter = match["drafter"]
+    drafter, confidence = match["drafter"], match["confidence"]
+    if confidence is not None and float(confidence) > 1:
+        raise ValueError(f"strategy {name!r}: the confidence threshold `_c` must be in [0, 1], got {confidence}.")
     return Strategy(
         name=name,
         kind="speculative",
@@ -82,6 +92,7 @@ def parse_strategy(name: str) -> Strategy:
         beta=int(match["beta"]),
         tau=float(match["tau"]),
         drafter_index=None if drafter is None else int(drafter),
+        confidence_threshold=None if confidence is None else float(confidence),
     )
 
 
@@ -123,11 +134,7 @@ def resolve_strategies(names: list[str], num_drafters: int) -> list[Strategy]:
         else:
             for index in range(num_drafters):
                 name = strategy.name if num_drafters == 1 else f"{strategy.name}_d{index}"
-                resolved.append(
-                    Strategy(
-                        name, "speculative", strategy.block_size, strategy.beta, strategy.tau, drafter_index=index
-                    )
-                )
+                resolved.append(dataclasses.replace(strategy, name=name, drafter_index=index))
     names_seen = [strategy.name for strategy in resolved]
     repeated = sorted({name for name in names_seen if names_seen.count(name) > 1})
     if repeated:
@@ -164,6 +171,8 @@ def generation_kwargs(
             tau=strategy.tau,
             return_dict_in_generate=True,
         )
+        if strategy.confidence_threshold is not None:
+            kwargs["draft_confidence_threshold"] = strategy.confidence_threshold
     elif strategy.kind == "assisted":
         if assistant_model is None:
             raise ValueError("strategy 'assisted' needs `assistant_model`.")

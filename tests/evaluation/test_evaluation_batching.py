@@ -42,6 +42,12 @@ def test_trim_generated_drops_the_start_token_and_what_follows_eos():
 def test_parse_strategy_names():
     assert parse_strategy("spec_k8_b1_t0") == Strategy("spec_k8_b1_t0", "speculative", 8, 1, 0.0, None)
     assert parse_strategy("spec_k10_b5_t3.5_d1") == Strategy("spec_k10_b5_t3.5_d1", "speculative", 10, 5, 3.5, 1)
+    truncated = parse_strategy("spec_k8_b1_t0_c0.25_d1")
+    assert (truncated.block_size, truncated.confidence_threshold, truncated.drafter_index) == (8, 0.25, 1)
+    assert generation_kwargs(truncated, 10, drafter=object())["draft_confidence_threshold"] == 0.25
+    assert "draft_confidence_threshold" not in generation_kwargs(parse_strategy("spec_k8_b1_t0"), 10, drafter=object())
+    with pytest.raises(ValueError, match="must be in \\[0, 1\\]"):
+        parse_strategy("spec_k8_b1_t0_c1.5")
     assert parse_strategy("prompt_lookup").batch_one_only
     for bad in ("spec_k8", "spec_k8_b1_t0_x", "Greedy", "beam5"):
         with pytest.raises(ValueError, match="valid names: greedy, beam, spec_k"):
