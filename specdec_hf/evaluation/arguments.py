@@ -106,6 +106,13 @@ class EvaluationArguments:
             "next to a float32 verifier leaves the output unchanged and makes each draft cheaper on CPUs."
         },
     )
+    attn_implementation: str | None = field(
+        default=None,
+        metadata={
+            "help": "Attention kernel of the verifier and the assistant (`eager`, `sdpa`; default: transformers'). "
+            "Greedy and every other strategy run on the same model, so speed-ups compare like with like."
+        },
+    )
     num_threads: int | None = field(default=None, metadata={"help": "torch CPU threads (default: torch's)."})
     seed: int = field(default=0, metadata={"help": "Random seed (decoding itself is deterministic)."})
     disable_tqdm: bool = field(

@@ -39,12 +39,13 @@ def load_models(args: EvaluationArguments, device: torch.device) -> EvaluationMo
     """Load every model of `args` onto `device` in `args.dtype`, frozen and in eval mode."""
     dtype = _DTYPES[args.dtype]
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_name_or_path or args.verifier_name_or_path)
-    verifier = AutoModelForSeq2SeqLM.from_pretrained(args.verifier_name_or_path, dtype=dtype)
+    attention = {} if args.attn_implementation is None else {"attn_implementation": args.attn_implementation}
+    verifier = AutoModelForSeq2SeqLM.from_pretrained(args.verifier_name_or_path, dtype=dtype, **attention)
     drafter_dtype = _DTYPES[args.drafter_dtype or args.dtype]
     drafters = [SpecDrafterModel.from_pretrained(path, dtype=drafter_dtype) for path in args.drafters]
     assistant = None
     if any(strategy.kind == "assisted" for strategy in args.resolved_strategies):
-        assistant = AutoModelForSeq2SeqLM.from_pretrained(args.assistant_model, dtype=dtype)
+        assistant = AutoModelForSeq2SeqLM.from_pretrained(args.assistant_model, dtype=dtype, **attention)
     for model in [verifier, *drafters] + ([assistant] if assistant is not None else []):
         model.to(device).eval().requires_grad_(False)
     for model in [verifier] + ([assistant] if assistant is not None else []):
