@@ -162,6 +162,16 @@ def training_function(args: DrafterTrainingArguments) -> dict:
         train_loader, eval_examples, train_rows = get_dataloaders(args, pad)
     drafter = build_drafter(args, verifier, train_rows)
     loss_settings = args.loss_settings()
+    if loss_settings.split_points == "all" and drafter.config.prefix_attention != "causal":
+        raise ValueError(
+            "`split_points: all` needs a drafter with `prefix_attention: causal` (one pass serves every split only "
+            "when the prefix attends causally): set it in `drafter_config`, or use `split_points: random`."
+        )
+    if loss_settings.soft_label_weight > 0 and loss_settings.split_points == "all" and args.max_splits is None:
+        logger.warning(
+            "soft labels over every split point hold the verifier's distribution for each (split, slot) pair: "
+            "set `max_splits` (and/or `draft_vocab_size`) if memory runs short"
+        )
 
     optimizer = torch.optim.AdamW(
         drafter.parameters(),

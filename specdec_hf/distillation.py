@@ -251,7 +251,13 @@ def distill(
         _write_shard(rows, shard_paths[index])
     bar.close()
     barrier()  # every process's shards are written (or it stopped at max_shards)
-    if not all(path.is_file() for path in shard_paths):
+    missing = [path.name for path in shard_paths if not path.is_file()]
+    if missing and max_shards is None:
+        raise RuntimeError(
+            f"{len(missing)} shard(s) ({', '.join(missing[:3])}, ...) are missing after every process finished: the "
+            f"processes do not share {shards_dir} (several machines need a shared filesystem for `output_dir`)."
+        )
+    if missing:
         return None
 
     if main_process:

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["DraftProposal", "Drafter", "validate_drafter"]
+__all__ = ["DraftProposal", "Drafter", "decoder_hidden_state_count", "validate_drafter"]
 
 
 @dataclass
@@ -142,3 +142,17 @@ def validate_drafter(drafter: Any, verifier_vocab_size: int) -> None:
             "A drafter must be trained for this verifier's tokenizer: build one with "
             "`SpecDrafterModel.from_verifier(verifier)` and train it with `train_drafter.py`."
         )
+
+
+def decoder_hidden_state_count(verifier) -> int:
+    """How many `decoder_hidden_states` a verifier's forward returns: its decoder layers plus the embedding output.
+
+    Counted on the decoder module itself (`layers`, or T5's `block`), which is what the forward runs.
+    """
+    decoder = verifier.get_decoder()
+    layers = getattr(decoder, "layers", None)
+    if layers is None:
+        layers = getattr(decoder, "block", None)
+    if layers is None:
+        raise ValueError(f"cannot tell the decoder layers of {type(verifier).__name__} (no `layers` or `block`)")
+    return len(layers) + 1

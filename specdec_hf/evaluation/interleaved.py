@@ -2,7 +2,8 @@
 
 Why: a machine's speed drifts (±15 % over minutes on a shared CPU), and timing each strategy in its own block of time
 turns that drift into a difference between strategies. Here all strategies run on group g within moments of each
-other; the order rotates (step i starts with strategy i mod n), so that no strategy always runs first (right after
+other; the order rotates (group g of repeat r starts with strategy (r + g) mod n, so each group is decoded in a
+different order in every repeat and, with one group, the repeats take turns), so that no strategy always runs first (right after
 another strategy's work) or last; and a speed-up is the ratio of two totals *of the same repeat*, so drift between
 repeats cancels out of each ratio. The spread over repeats is reported with every median.
 """
@@ -46,7 +47,9 @@ def interleave(
 ) -> dict[str, list[float]]:
     """Run every measurement on each group in a rotating order, and sum what each returns per repeat.
 
-    Step `i` (`repeat * num_groups + group`) calls the measures in `rotation(names, i)` order on `group`.
+    Group `g` of repeat `r` calls the measures in `rotation(names, r + g)` order: every group starts with another
+    strategy in each repeat (also when `num_groups` is a multiple of their number), and a single group rotates over
+    the repeats.
 
     Args:
         measures (`Mapping[str, Callable[[int], float]]`): Name → `measure(group)`: does the work of group `group`
@@ -68,7 +71,7 @@ def interleave(
     totals = {name: [0.0] * repeats for name in names}
     for step in progress_bar(range(repeats * num_groups), desc, disable_tqdm):
         repeat, group = divmod(step, num_groups)
-        for name in rotation(names, step):
+        for name in rotation(names, repeat + group):
             totals[name][repeat] += measures[name](group)
     return totals
 

@@ -24,7 +24,7 @@ from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
 from transformers.integrations.fsdp import is_fsdp_managed_module
 
 from ..acceptance import validate_acceptance_arguments
-from ..drafting import validate_drafter
+from ..drafting import decoder_hidden_state_count, validate_drafter
 from .outputs import SpeculativeGenerateOutput
 from .speculative_loop import SpeculativeLoopConfig, run_speculative_loop
 
@@ -65,9 +65,10 @@ def speculative_generate(
         tau (`float`, *optional*, defaults to 0.0): Log-probability tolerance τ; only used when `beta > 1`.
         draft_confidence_threshold (`float`, *optional*): Adaptive draft length: verify, per row, only the leading
             drafts whose running product of the drafter's confidence (`DraftProposal.draft_confidence`) stays at or
-            above this value, at least one. Saves verifying drafts that are unlikely to be accepted; the output is
-            unchanged (β=1 stays identical to greedy). `None` (default) verifies all k; drafters that report no
-            confidence are always verified in full.
+            above this value, at least one. Saves verifying drafts that are unlikely to be accepted. The cut depends
+            only on the drafter, so β=1 stays identical to greedy and sampling keeps its distribution (with β>1 the
+            relaxed rule sees fewer drafts, which changes what it may accept). `None` (default) verifies all k;
+            drafters that report no confidence are always verified in full.
         inputs_tensor (`torch.Tensor`, *optional*): The encoder input (passed by `generate()`).
         token_streamer (`BaseStreamer`, *optional*): A streamer (`TextStreamer`, `TextIteratorStreamer`) that
             receives the tokens as they are accepted, batch size 1. transformers drops `generate(streamer=...)`
@@ -95,6 +96,7 @@ def speculative_generate(
     validate_drafter(drafter, model.config.get_text_config(decoder=True).vocab_size)
     block_size = drafter.block_size if block_size is None else block_size
     validate_acceptance_arguments(beta, tau, block_size)
+    _check_state_layers(drafter, model)
     max_block_size = getattr(drafter, "max_block_size", None)
     if max_block_size is not None and block_size > max_block_size:
         raise ValueError(
@@ -170,6 +172,21 @@ def speculative_generate(
         cache=None,
         speculative_stats=result.stats,
     )
+
+
+def _check_state_layers(drafter, model) -> None:
+    """A drafter that reads verifier states must name layers this verifier has."""
+    layers = getattr(drafter, "verifier_state_layers", None)
+    if not layers:
+        return
+    count = decoder_hidden_state_count(model)
+    wrong = [index for index in layers if not -count <= index < count]
+    if wrong:
+        raise ValueError(
+            f"The drafter reads verifier decoder states {wrong} (`prefix_feature_layers`), but this verifier returns "
+            f"{count} (indices {-count} to {count - 1}: 0 is the embedding output, -1 the top layer). Use a drafter "
+            "trained for this verifier."
+        )
 
 
 def _source_ids(inputs_tensor: torch.Tensor | None, batch_size: int) -> torch.LongTensor | None:

@@ -128,7 +128,8 @@ def run_speculative_loop(
     simple_stopping = all(isinstance(c, (MaxLengthCriteria, EosTokenCriteria)) for c in stopping_criteria)
     position_limit = getattr(verifier.config, "max_position_embeddings", None)
     vocab_size = verifier.config.get_text_config(decoder=True).vocab_size
-    # EAGLE-style drafters read the verifier's decoder states: position p holds the state after reading token p
+    # EAGLE-style drafters read the verifier's decoder states: position p holds the state after reading token p;
+    # the buffer's rows are the active rows, in order (compacted when rows finish, like the cache)
     state_layers = getattr(drafter, "verifier_state_layers", None)
     prefix_states = None
     if streamer is not None:
@@ -142,6 +143,9 @@ def run_speculative_loop(
         if position_limit is not None:
             k = min(k, position_limit - longest)
         k = max(k, 0)
+        if state_layers and prefix_states is None and longest > 1:
+            # a decoder prompt of several tokens has no verifier states yet: verify it alone first (no drafts)
+            k = 0
         committed = sequences.index_select(0, active_index)
         lengths_t = torch.tensor(row_lengths, device=device)
 
@@ -151,9 +155,7 @@ def run_speculative_loop(
         if k > 0:
             states_kwargs = {}
             if state_layers:
-                states_kwargs["prefix_states"] = (
-                    None if prefix_states is None else prefix_states.index_select(0, active_index)[:, :longest]
-                )
+                states_kwargs["prefix_states"] = None if prefix_states is None else prefix_states[:, :longest]
             proposal = drafter.propose(drafter_state, committed[:, :longest], lengths_t, k, **states_kwargs)
             _check_proposal(proposal, len(active), k)
             drafter_state = proposal.state
@@ -162,6 +164,8 @@ def run_speculative_loop(
             stats.proposed_tokens += k * len(active)
             if config.do_sample:
                 drafts, proposal_q = _sample_proposal(proposal, drafts, committed, logits_processor, vocab_size)
+            # the confidence is the drafter's own, computed before the loop draws any sample: cutting on it keeps
+            # greedy output and the sampling distribution exactly as they are
             if config.confidence_threshold is not None and proposal.draft_confidence is not None:
                 verify_counts = confident_draft_counts(
                     proposal.draft_confidence[:, :k].to(device), config.confidence_threshold
@@ -188,7 +192,7 @@ def run_speculative_loop(
         stats.verifier_calls += 1
         if state_layers:
             prefix_states = _record_verifier_states(
-                prefix_states, outputs.decoder_hidden_states, state_layers, active_index, cache_length, sequences
+                prefix_states, outputs.decoder_hidden_states, state_layers, cache_length, sequences.shape[1]
             )
         if logit_positions is None:
             logits = outputs.logits[:, -(k + 1) :].float()
@@ -265,6 +269,8 @@ def run_speculative_loop(
             if encoder_attention_mask is not None:
                 encoder_attention_mask = encoder_attention_mask.index_select(0, keep_t)
             drafter_state = drafter.select_rows(drafter_state, keep_t)
+            if prefix_states is not None:
+                prefix_states = prefix_states.index_select(0, keep_t)
         cache_length = min(lengths[r] for r in active) - 1
         if fed_length > cache_length:  # Cache.crop(0) is not a no-op on every transformers version
             cache.crop(cache_length - fed_length)
@@ -298,9 +304,8 @@ def _record_verifier_states(
     prefix_states: torch.FloatTensor | None,
     hidden_states: tuple[torch.FloatTensor, ...],
     layers: list[int],
-    active_index: torch.LongTensor,
     cache_length: int,
-    sequences: torch.LongTensor,
+    max_positions: int,
 ) -> torch.FloatTensor:
     """Write the verify forward's decoder states into the per-row buffer, at the positions they were computed for.
 
@@ -309,15 +314,13 @@ def _record_verifier_states(
     the same invariant as the verifier cache).
 
     Returns:
-        `torch.FloatTensor` of shape `(batch_size, sequences.shape[1], feature_width)`: the buffer, indexed like
-        `sequences` (by original row).
+        `torch.FloatTensor` of shape `(active_rows, max_positions, feature_width)`: the buffer of the active rows.
     """
     new_states = torch.cat([hidden_states[index] for index in layers], dim=-1)  # (rows, width, feature_width)
     if prefix_states is None:
-        prefix_states = new_states.new_zeros(sequences.shape[0], sequences.shape[1], new_states.shape[-1])
-    width = min(new_states.shape[1], prefix_states.shape[1] - cache_length)
-    positions = cache_length + torch.arange(width, device=new_states.device)
-    prefix_states[active_index.unsqueeze(1), positions.unsqueeze(0)] = new_states[:, :width]
+        prefix_states = new_states.new_zeros(new_states.shape[0], max_positions, new_states.shape[-1])
+    width = min(new_states.shape[1], max_positions - cache_length)
+    prefix_states[:, cache_length : cache_length + width] = new_states[:, :width]
     return prefix_states
 
 
@@ -332,6 +335,13 @@ def _check_proposal(proposal, rows: int, block_size: int) -> None:
     if logits is not None and (logits.shape[0] != rows or logits.shape[1] < block_size):
         raise ValueError(
             f"The drafter returned draft_logits of shape {tuple(logits.shape)}; expected ({rows}, {block_size}, vocab)."
+        )
+    confidence = proposal.draft_confidence
+    if confidence is not None and (
+        confidence.dim() != 2 or confidence.shape[0] != rows or confidence.shape[1] < block_size
+    ):
+        raise ValueError(
+            f"The drafter returned draft_confidence of shape {tuple(confidence.shape)}; expected ({rows}, {block_size})."
         )
 
 

@@ -33,7 +33,7 @@ from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.utils import ModelOutput
 
-from ..drafting import Drafter, DraftProposal
+from ..drafting import Drafter, DraftProposal, decoder_hidden_state_count
 from .configuration_spec_drafter import SpecDrafterConfig
 from .split_attention import every_split_attention_mask
 
@@ -1039,6 +1039,15 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel, Drafter):
                 f"Unsupported verifier family {model_type!r}: `from_verifier` supports {sorted(ENCODER_CLASSES)}. "
                 "Build a `SpecDrafterConfig` by hand for other models."
             )
+        layers = overrides.get("prefix_feature_layers")
+        if layers:
+            count = decoder_hidden_state_count(verifier)
+            wrong = [index for index in layers if not -count <= int(index) < count]
+            if wrong:
+                raise ValueError(
+                    f"`prefix_feature_layers` {wrong} are not decoder states of this verifier: it returns {count} "
+                    f"(indices {-count} to {count - 1}; 0 is the embedding output, -1 the top layer)."
+                )
         field_names = {field.name for field in fields(SpecDrafterConfig)}
         unknown = sorted(set(overrides) - field_names)
         if unknown:
@@ -1130,6 +1139,14 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel, Drafter):
             if drafter.config.encoder_config is not None:
                 drafter._load_verifier_encoder(verifier.get_encoder())
         return drafter.eval()
+
+    def get_expanded_tied_weights_keys(self, all_submodels: bool = False) -> dict:
+        """The tied weights: a transformers encoder always embeds with `shared`; the LM head only with
+        `tie_word_embeddings` (a reduced head has rows of its own)."""
+        tied = super().get_expanded_tied_weights_keys(all_submodels=all_submodels)
+        if self.config.encoder_config is not None and not self.config.tie_word_embeddings:
+            tied = {**tied, "encoder.embed_tokens.weight": "shared.weight"}
+        return tied
 
     def _load_verifier_encoder(self, verifier_encoder: nn.Module) -> None:
         """Copy the verifier encoder's weights into this drafter's (possibly shallower) encoder."""

@@ -38,47 +38,49 @@ def evaluate_drafter(
     """
     was_training = drafter.training
     drafter.eval()
-    device = next(verifier.parameters()).device
-    pad = verifier.config.pad_token_id
-    collate = DistilledBatchCollator(pad_token_id=pad)
-    generator = torch.Generator().manual_seed(seed)
-    generated = iterations = 0
-    correct = torch.zeros(drafter.block_size)
-    counted = torch.zeros(drafter.block_size)
-    for start in range(0, len(examples), batch_size):
-        batch = {key: value.to(device) for key, value in collate(examples[start : start + batch_size]).items()}
-        output = verifier.generate(
-            input_ids=batch["input_ids"],
-            attention_mask=batch["attention_mask"],
-            do_sample=False,
-            num_beams=1,
-            max_new_tokens=max_new_tokens,
-            custom_generate=speculative_generate,
-            drafter=drafter,
-            return_dict_in_generate=True,
-        )
-        generated += sum(output.speculative_stats.generated_tokens)
-        iterations += sum(output.speculative_stats.iterations)
+    try:
+        device = next(verifier.parameters()).device
+        pad = verifier.config.pad_token_id
+        collate = DistilledBatchCollator(pad_token_id=pad)
+        generator = torch.Generator().manual_seed(seed)
+        generated = iterations = 0
+        correct = torch.zeros(drafter.block_size)
+        counted = torch.zeros(drafter.block_size)
+        for start in range(0, len(examples), batch_size):
+            batch = {key: value.to(device) for key, value in collate(examples[start : start + batch_size]).items()}
+            output = verifier.generate(
+                input_ids=batch["input_ids"],
+                attention_mask=batch["attention_mask"],
+                do_sample=False,
+                num_beams=1,
+                max_new_tokens=max_new_tokens,
+                custom_generate=speculative_generate,
+                drafter=drafter,
+                return_dict_in_generate=True,
+            )
+            generated += sum(output.speculative_stats.generated_tokens)
+            iterations += sum(output.speculative_stats.iterations)
 
-        blocks = sample_block_examples(
-            batch["target_ids"].cpu(), batch["target_lengths"].cpu(), drafter.block_size, pad, generator
-        )
-        teacher = verifier_teacher_outputs(verifier, drafter, batch, soft_labels=False)
-        prefix_length = blocks.decoder_input_ids.shape[1]
-        logits = drafter(
-            input_ids=batch["input_ids"],
-            attention_mask=batch["attention_mask"],
-            decoder_input_ids=blocks.decoder_input_ids.to(device),
-            decoder_attention_mask=blocks.decoder_attention_mask.to(device),
-            encoder_hidden_states=teacher.encoder_states,
-            verifier_states=None if teacher.decoder_states is None else teacher.decoder_states[:, :prefix_length],
-        ).logits
-        valid = blocks.labels != -100
-        predictions = drafter.from_draft_vocab(logits.argmax(-1)).cpu()
-        correct += ((predictions == blocks.labels) & valid).sum(0).float()
-        counted += valid.sum(0).float()
+            blocks = sample_block_examples(
+                batch["target_ids"].cpu(), batch["target_lengths"].cpu(), drafter.block_size, pad, generator
+            )
+            teacher = verifier_teacher_outputs(verifier, drafter, batch, soft_labels=False)
+            prefix_length = blocks.decoder_input_ids.shape[1]
+            logits = drafter(
+                input_ids=batch["input_ids"],
+                attention_mask=batch["attention_mask"],
+                decoder_input_ids=blocks.decoder_input_ids.to(device),
+                decoder_attention_mask=blocks.decoder_attention_mask.to(device),
+                encoder_hidden_states=teacher.encoder_states,
+                verifier_states=None if teacher.decoder_states is None else teacher.decoder_states[:, :prefix_length],
+            ).logits
+            valid = blocks.labels != -100
+            predictions = drafter.from_draft_vocab(logits.argmax(-1)).cpu()
+            correct += ((predictions == blocks.labels) & valid).sum(0).float()
+            counted += valid.sum(0).float()
+    finally:
+        drafter.train(was_training)
     by_position = (correct / counted.clamp(min=1)).tolist()
-    drafter.train(was_training)
     return {
         "tokens_per_iteration": generated / max(iterations, 1),
         "accuracy_by_position": by_position,

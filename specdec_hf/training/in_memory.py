@@ -36,7 +36,7 @@ def fit_drafter_in_memory(
     steps: int = 200,
     batch_size: int = 16,
     learning_rate: float = 3e-3,
-    label_smoothing: float = 0.1,
+    label_smoothing: float | None = None,
     seed: int = 0,
     verifier=None,
     settings: DrafterLossSettings | None = None,
@@ -50,13 +50,15 @@ def fit_drafter_in_memory(
         target_lengths (`torch.LongTensor` of shape `(num_examples,)`): Valid target tokens per example.
         verifier (`PreTrainedModel`, *optional*): The frozen verifier; needed by drafters that read its encoder
             output or decoder states, and for soft labels.
-        settings ([`DrafterLossSettings`], *optional*): The loss (default: one random split per sequence, label
-            smoothing `label_smoothing`).
+        label_smoothing (`float`, *optional*): Of the default loss (0.1); give it inside `settings` otherwise.
+        settings ([`DrafterLossSettings`], *optional*): The loss (default: one random split per sequence).
 
     Returns:
         `list[float]`: the loss of every step.
     """
-    settings = settings or DrafterLossSettings(label_smoothing=label_smoothing)
+    if settings is not None and label_smoothing is not None:
+        raise ValueError("pass `label_smoothing` inside `settings` (DrafterLossSettings), not both.")
+    settings = settings or DrafterLossSettings(label_smoothing=0.1 if label_smoothing is None else label_smoothing)
     needs_verifier = (
         drafter.config.use_verifier_encoder or drafter.config.prefix_feature_layers or settings.soft_label_weight > 0
     )

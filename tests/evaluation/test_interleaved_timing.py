@@ -41,13 +41,21 @@ def test_call_order_rotates_over_groups_and_repeats():
 
         return measure
 
-    interleave({name: recorder(name) for name in "abc"}, num_groups=2, repeats=2)
+    interleave({name: recorder(name) for name in "abc"}, num_groups=3, repeats=2)
     assert calls == [
-        ("a", 0), ("b", 0), ("c", 0),  # step 0: repeat 0, group 0
-        ("b", 1), ("c", 1), ("a", 1),  # step 1: repeat 0, group 1
-        ("c", 0), ("a", 0), ("b", 0),  # step 2: repeat 1, group 0
-        ("a", 1), ("b", 1), ("c", 1),  # step 3: repeat 1, group 1
+        ("a", 0), ("b", 0), ("c", 0),  # repeat 0, group 0: starts with strategy (0 + 0) mod 3
+        ("b", 1), ("c", 1), ("a", 1),  # repeat 0, group 1
+        ("c", 2), ("a", 2), ("b", 2),  # repeat 0, group 2
+        ("b", 0), ("c", 0), ("a", 0),  # repeat 1, group 0: another order than in repeat 0, though 3 groups % 3 == 0
+        ("c", 1), ("a", 1), ("b", 1),  # repeat 1, group 1
+        ("a", 2), ("b", 2), ("c", 2),  # repeat 1, group 2
     ]  # fmt: skip
+
+
+def test_a_single_group_rotates_over_the_repeats():
+    first = []
+    interleave({name: (lambda group, name=name: first.append(name) or 0.0) for name in "ab"}, 1, repeats=4)
+    assert first[::2] == ["a", "b", "a", "b"]
 
 
 def test_totals_sum_the_groups_of_each_repeat():

@@ -130,3 +130,44 @@ def test_feature_drafter_samples_and_streams():
         drafter=drafter,
     )
     assert sampled.shape[0] == 6
+
+
+def test_feature_drafter_with_a_decoder_prompt_of_several_tokens():
+    """A forced prefix (e.g. a language token) has no verifier states yet: the loop verifies it first, then drafts."""
+    model = build_verifier("mbart")
+    inputs = make_source_batch(2, pad_token_id=1)
+    prompt = torch.tensor([[2, 7, 9], [2, 7, 9]])
+    reference = model.generate(**inputs, decoder_input_ids=prompt, **GREEDY, max_new_tokens=10)
+    drafter = _feature_drafter(model, 4, use_verifier_encoder=True)
+    output = model.generate(
+        **inputs,
+        decoder_input_ids=prompt,
+        **GREEDY,
+        max_new_tokens=10,
+        custom_generate=speculative_generate,
+        drafter=drafter,
+        return_dict_in_generate=True,
+    )
+    assert torch.equal(output.sequences, reference)
+    recording = StateRecordingDrafter(reference, VOCAB_SIZE, 4, "half", layers=(-1,))
+    model.generate(
+        **inputs,
+        decoder_input_ids=prompt,
+        **GREEDY,
+        max_new_tokens=10,
+        custom_generate=speculative_generate,
+        drafter=recording,
+    )
+    _, _, lengths, states = recording.recorded[0]
+    assert int(lengths.min()) == 4 and states is not None  # the prompt was verified first, its states recorded
+
+
+def test_state_layers_the_verifier_lacks_are_named():
+    model = build_verifier("bart")  # 2 decoder layers: hidden states 0, 1, 2
+    with pytest.raises(ValueError, match="indices -3 to 2"):
+        SpecDrafterModel.from_verifier(model, prefix_attention="causal", prefix_feature_layers=[3])
+    recording = StateRecordingDrafter(torch.zeros(1, 4, dtype=torch.long), VOCAB_SIZE, 4, layers=(5,))
+    with pytest.raises(ValueError, match="prefix_feature_layers"):
+        model.generate(
+            **make_source_batch(1), max_new_tokens=4, custom_generate=speculative_generate, drafter=recording
+        )

@@ -152,3 +152,14 @@ def test_config_rejects_inconsistent_options():
 def test_from_verifier_rejects_encoder_layers_without_an_encoder():
     with pytest.raises(ValueError, match="encoder_layers"):
         SpecDrafterModel.from_verifier(build_verifier("bart"), use_verifier_encoder=True, encoder_layers=1)
+
+
+def test_reduced_head_keeps_a_transformers_encoder_tied_to_the_shared_embedding(tmp_path):
+    verifier = build_verifier("bart")
+    drafter = SpecDrafterModel.from_verifier(verifier, block_size=4, draft_vocab_ids=[2, 5, 9], encoder_layers=1)
+    assert drafter.encoder.embed_tokens.weight is drafter.shared.weight
+    assert drafter.lm_head.weight is not drafter.shared.weight
+    drafter.save_pretrained(tmp_path)
+    loaded = SpecDrafterModel.from_pretrained(tmp_path)
+    assert loaded.encoder.embed_tokens.weight is loaded.shared.weight
+    torch.testing.assert_close(loaded.lm_head.weight, drafter.lm_head.weight)
