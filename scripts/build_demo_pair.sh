@@ -30,10 +30,13 @@ wait
 $PY scripts/export_demo_pair.py --verifier runs/demo_verifier/best --drafter runs/drafter_debian_en_de \
   --assistant runs/demo_assistant/checkpoint-last --output_dir models/demo-en-de
 
-# 6. second drafter stage: the verifier's outputs on all training sources, then continue the shipped drafter on
-#    them (length-grouped batches, both cores) and ship it in place of the first stage
-$PY -m specdec_hf.distillation --config configs/data/debian_en_de.yaml --verifier runs/demo_verifier/best \
-  --split train --batch_size 64 --max_new_tokens 96 --output_dir data/distilled/debian_en_de/train
-resume=""; ls -d runs/drafter_debian_en_de_stage2/checkpoint-* >/dev/null 2>&1 && resume="--resume_from_checkpoint latest"
-$PY train_drafter.py --config configs/train/debian_en_de_continue.yaml $resume
-$PY scripts/export_demo_pair.py --drafter runs/drafter_debian_en_de_stage2 --output_dir models/demo-en-de
+# 6. the shipped drafter (third design, trained from scratch): the shipped verifier's outputs on all training
+#    sources, then every split point per step, soft labels, the verifier's decoder states and a 4,096-token head
+#    (configs/train/debian_en_de_eagle.yaml; one thread, resumable), shipped in place of the earlier drafters
+#    (its own directory: the one above holds the outputs of runs/demo_verifier/best in float32)
+$PY -m specdec_hf.distillation --config configs/data/debian_en_de.yaml --verifier models/demo-en-de/verifier \
+  --split train --batch_size 64 --max_new_tokens 96 --output_dir data/distilled/debian_en_de_shipped/train
+resume=""; ls -d runs/drafter_debian_en_de_eagle/checkpoint-* >/dev/null 2>&1 && resume="--resume_from_checkpoint latest"
+$PY train_drafter.py --config configs/train/debian_en_de_eagle.yaml \
+  --train_data data/distilled/debian_en_de_shipped/train ${DRAFTER_MAX_STEPS:+--max_steps $DRAFTER_MAX_STEPS} $resume
+$PY scripts/export_demo_pair.py --drafter runs/drafter_debian_en_de_eagle --output_dir models/demo-en-de
