@@ -28,7 +28,17 @@ from specdec_hf.evaluation.interleaved import interleave
 
 SOURCE = "What worries me most is not that he said it, but that he is convinced there is nothing wrong in saying it."
 VARIANTS = {
-    "2 causal layers, verifier's encoder (shipped)": dict(decoder_layers=2, use_verifier_encoder=True),
+    "1 causal layer, verifier's states of 3 layers, 4,096-row head (shipped)": dict(
+        decoder_layers=1,
+        use_verifier_encoder=True,
+        prefix_attention="causal",
+        prefix_feature_layers=[1, 2, 3],
+        draft_vocab_ids=range(4096),
+    ),
+    "1 causal layer, verifier's states of 3 layers, full head": dict(
+        decoder_layers=1, use_verifier_encoder=True, prefix_attention="causal", prefix_feature_layers=[1, 2, 3]
+    ),
+    "2 causal layers, verifier's encoder (shipped before)": dict(decoder_layers=2, use_verifier_encoder=True),
     "1 causal layer, verifier's encoder": dict(decoder_layers=1, use_verifier_encoder=True),
     "3 causal layers, verifier's encoder": dict(decoder_layers=3, use_verifier_encoder=True),
     "2 bidirectional layers, verifier's encoder": dict(
@@ -59,6 +69,9 @@ def verifier_forward(verifier, encoder_outputs, attention_mask, prefix, num_toke
 def drafter_propose(drafter, inputs, encoder_states, k: int, tokens_per_call: int) -> Callable[[int], float]:
     """A measure: median seconds of one `propose` call over a generation, the prefix growing by `tokens_per_call`."""
     prefix = torch.randint(5, drafter.vocab_size, (1, 128))
+    # a drafter that reads verifier states gets some of the right shape (the cost does not depend on their values)
+    layers = drafter.verifier_state_layers
+    states = {} if not layers else {"prefix_states": torch.randn(1, 128, len(layers) * drafter.config.d_model)}
 
     def measure(group: int) -> float:
         times = []
@@ -66,7 +79,7 @@ def drafter_propose(drafter, inputs, encoder_states, k: int, tokens_per_call: in
             state = drafter.init_drafting_state(inputs["input_ids"], inputs["attention_mask"], encoder_states)
             for length in range(1, 40, tokens_per_call):
                 start = time.perf_counter()
-                state = drafter.propose(state, prefix[:, :length], torch.tensor([length]), k).state
+                state = drafter.propose(state, prefix[:, :length], torch.tensor([length]), k, **states).state
                 times.append(time.perf_counter() - start)
         return statistics.median(times)
 
@@ -96,6 +109,10 @@ def main() -> None:
     measures.update({f"verify {k}": verifier_forward(**forward, prefix=prefix, num_tokens=k + 1) for k in args.ks})
     dtype = getattr(torch, args.drafter_dtype)
     for index, overrides in enumerate(VARIANTS.values()):
+        # "causal" unless a variant says otherwise (the config's default is the paper's bidirectional prefix)
+        overrides = {"prefix_attention": "causal", **overrides}
+        if "draft_vocab_ids" in overrides:
+            overrides["draft_vocab_ids"] = list(overrides["draft_vocab_ids"])
         drafter = SpecDrafterModel.from_verifier(verifier, block_size=max(args.ks), **overrides).to(dtype).eval()
         for k in args.ks:
             measures[f"draft {index} {k}"] = drafter_propose(drafter, inputs, encoder_outputs[0], k, 2)

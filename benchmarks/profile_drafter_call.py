@@ -97,7 +97,7 @@ def main() -> None:
     verifier = AutoModelForSeq2SeqLM.from_pretrained(args.verifier, dtype=torch.float32).eval()
     tokenizer = AutoTokenizer.from_pretrained(args.verifier)
     drafter = build_drafter(args, verifier).to(getattr(torch, args.dtype)).eval()
-    paths = decoding_paths(verifier, tokenizer, drafter.verifier_state_layers)
+    paths = decoding_paths(verifier, tokenizer, getattr(drafter, "verifier_state_layers", None))
     run_calls(drafter, paths, args.step, args.block_size)  # warm-up
     per_repeat = [
         statistics.median(run_calls(drafter, paths, args.step, args.block_size)) for _ in range(args.repeats)
