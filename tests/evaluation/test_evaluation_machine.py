@@ -29,19 +29,29 @@ def test_shared_machine_warning_rule(load, cpu_count, threads, warns):
     warning = shared_machine_warning(load, cpu_count, threads)
     assert (warning is not None) == warns
     if warns:
-        assert f"load average {load:.2f} on {cpu_count} CPU cores" in warning
+        assert f"load {load:.2f} on {cpu_count} CPU cores" in warning
         assert f"needs {threads} of them" in warning
 
 
 def test_check_machine_load_logs_and_records(monkeypatch, caplog):
+    monkeypatch.setattr(machine, "busy_cores", lambda: None)  # not Linux: the load average decides
     monkeypatch.setattr(machine, "load_average", lambda: 7.0)
     monkeypatch.setattr(machine.os, "cpu_count", lambda: 8)
     with caplog.at_level(logging.WARNING, logger=machine.__name__):
         record = check_machine_load(threads=4)
     assert record["load_average_1min"] == 7.0
     assert record["shared_machine_warning"] in caplog.text
-    monkeypatch.setattr(machine, "load_average", lambda: None)  # no load average on this system: no warning
-    assert check_machine_load(threads=4) == {"load_average_1min": None, "shared_machine_warning": None}
+    # what runs now decides over a load average that still remembers a finished job
+    monkeypatch.setattr(machine, "busy_cores", lambda: 0.1)
+    assert check_machine_load(threads=4)["shared_machine_warning"] is None
+    monkeypatch.setattr(machine, "busy_cores", lambda: None)
+    monkeypatch.setattr(machine, "load_average", lambda: None)  # no load figure on this system: no warning
+    assert check_machine_load(threads=4)["shared_machine_warning"] is None
+
+
+def test_busy_cores_reads_the_cores_in_use():
+    busy = machine.busy_cores(0.05)
+    assert busy is None or 0.0 <= busy <= (machine.os.cpu_count() or 1)
 
 
 def test_cpu_model_names_something():
