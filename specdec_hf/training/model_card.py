@@ -31,6 +31,7 @@ def write_model_card(
     tok = metrics.get("tokens_per_iteration")
     by_position = ", ".join(f"{a:.2f}" for a in metrics.get("accuracy_by_position", []))
     encoder = "the verifier's encoder output" if config.use_verifier_encoder else f"{config.encoder_layers} layers"
+    layers = f"{config.decoder_layers} decoder layer" + ("" if config.decoder_layers == 1 else "s")
     objective = objective or f"cross-entropy on the next k = {config.block_size} verifier tokens"
     reads = ""
     if config.prefix_feature_layers:
@@ -67,7 +68,7 @@ out = enable_speculative_decoding(verifier).generate(**inputs, drafter=drafter)
 - data: {data or "distilled verifier outputs"}
 - objective: {objective}
 - optimizer steps: {steps}
-- drafter: d_model {config.d_model}, encoder {encoder}, {config.decoder_layers} decoder layers,
+- drafter: d_model {config.d_model}, encoder {encoder}, {layers},
   prefix attention `{config.prefix_attention}`{reads}
 
 ## Evaluation (held-out distilled sources, β = 1)
