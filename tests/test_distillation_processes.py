@@ -62,12 +62,14 @@ def test_two_processes_give_the_single_process_dataset(verifier_dir, tmp_path):
 
 
 def test_an_interrupted_run_resumes_its_shards(verifier_dir, tmp_path):
-    """Each rank stops after one shard (as if killed there); the rerun decodes only the rest."""
+    """Each rank stops after one shard, one of them killed while writing its next (a `.tmp` file left behind); the
+    rerun decodes only the rest and ends with the single-process dataset."""
     result = _distill(verifier_dir, tmp_path / "interrupted", 2, "--max_shards", "1")
     assert "stopped early" in result.stdout
     shards = sorted((tmp_path / "interrupted" / SHARDS_DIR).glob("*.parquet"))
     assert [path.name for path in shards] == ["shard-00000.parquet", "shard-00001.parquet"]
     first_written = {path.name: path.stat().st_mtime_ns for path in shards}
+    (tmp_path / "interrupted" / SHARDS_DIR / "shard-00002.parquet.tmp").write_bytes(b"half a shard")
     _distill(verifier_dir, tmp_path / "interrupted", 2)
     _distill(verifier_dir, tmp_path / "single", 1)
     for path in shards:  # kept, not decoded again
