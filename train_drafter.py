@@ -43,6 +43,7 @@ from specdec_hf.training import (
     frequent_token_ids,
     read_training_state,
     save_checkpoint_atomically,
+    token_counts,
     token_coverage,
     write_model_card,
 )
@@ -115,10 +116,9 @@ def build_drafter(args: DrafterTrainingArguments, verifier, train: datasets.Data
     draft_vocab_ids = None
     if args.draft_vocab_size is not None:
         vocab_size = verifier.config.vocab_size
-        targets = (row["target_ids"] for row in _rows(train, ["target_ids"]))
-        draft_vocab_ids = frequent_token_ids(targets, vocab_size, args.draft_vocab_size)
-        targets = (row["target_ids"] for row in _rows(train, ["target_ids"]))
-        coverage = token_coverage(targets, draft_vocab_ids, vocab_size)
+        counts = token_counts((row["target_ids"] for row in _rows(train, ["target_ids"])), vocab_size)
+        draft_vocab_ids = frequent_token_ids(counts, args.draft_vocab_size)
+        coverage = token_coverage(counts, draft_vocab_ids)
         logger.info(f"draft vocabulary: {args.draft_vocab_size} of {vocab_size} ids cover {coverage:.2%} of targets")
     drafter = SpecDrafterModel.from_verifier(
         verifier, block_size=args.block_size, draft_vocab_ids=draft_vocab_ids, **args.drafter_config

@@ -17,14 +17,13 @@ import argparse
 import copy
 import json
 import random
-import sys
 
 import torch
+from _common import print_header, with_range
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from specdec_hf import SpecDrafterModel, speculative_generate
-from specdec_hf.evaluation.interleaved import format_spread, time_interleaved, timing_summary
-from specdec_hf.evaluation.machine import cpu_model
+from specdec_hf.evaluation.interleaved import paired_speedups, time_interleaved
 
 
 def cut_head(drafter: SpecDrafterModel, size: int) -> SpecDrafterModel:
@@ -57,8 +56,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"command: {' '.join(sys.argv)}")
-    print(f"machine: {cpu_model()}, torch {torch.__version__}, {args.threads} thread(s), batch 1, {args.limit} rows")
+    print_header(args.repeats)
+    print(f"batch 1, {args.limit} validation rows, k = {args.block_size}, drafter {args.drafter_dtype}")
 
     verifier = AutoModelForSeq2SeqLM.from_pretrained(args.verifier, dtype=torch.float32).eval()
     tokenizer = AutoTokenizer.from_pretrained(args.verifier)
@@ -89,15 +88,12 @@ def main() -> None:
             runners[name] = lambda g, v=variant: verifier.generate(**inputs[g], **plain, **speculative, drafter=v)
         totals = time_interleaved(runners, len(inputs), args.repeats, torch.device("cpu"), disable_tqdm=True)
 
-    print(f"timing: interleaved per sentence, rotating order, median of {args.repeats} repeats (range)")
     print("| head size | Tok. | time (s) | speed-up vs greedy |")
     print("|---|---|---|---|")
     for name in runners:
-        summary = timing_summary(totals[name], totals["greedy"])
+        speedups = paired_speedups(totals["greedy"], totals[name])
         print(
-            f"| {name} | {tok.get(name, 1.0):.2f} | "
-            f"{format_spread(summary['time_s'], summary['time_s_min'], summary['time_s_max'], 2)} | "
-            f"{format_spread(summary['speedup'], summary['speedup_min'], summary['speedup_max'], 2, '×')} |"
+            f"| {name} | {tok.get(name, 1.0):.2f} | {with_range(totals[name], 2)} | {with_range(speedups, 2, suffix='×')} |"
         )
 
 

@@ -12,12 +12,11 @@ rest is Python: bookkeeping, argument checks, dataclass copies), and the operato
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
-import sys
 import time
 
 import torch
+from _common import print_header, with_range
 from torch.profiler import ProfilerActivity, profile
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -89,10 +88,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=25, help="Operator rows to print.")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"command: {' '.join(sys.argv)}")
-    print(
-        f"machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, {args.threads} thread(s)"
-    )
+    print_header(args.repeats)
 
     verifier = AutoModelForSeq2SeqLM.from_pretrained(args.verifier, dtype=torch.float32).eval()
     tokenizer = AutoTokenizer.from_pretrained(args.verifier)
@@ -108,10 +104,9 @@ def main() -> None:
     # self CPU time of the operators (aten::...): what is not in them is Python around them
     operator_us = sum(event.self_cpu_time_total for event in events if event.key.startswith("aten::"))
     print(
-        f"propose, k={args.block_size}, {args.dtype}: median {1e3 * statistics.median(per_repeat):.3f} ms per call "
-        f"(min {1e3 * min(per_repeat):.3f}, max {1e3 * max(per_repeat):.3f} over {args.repeats} repeats of "
-        f"{len(profiled)} calls); under the profiler, torch operators take {operator_us / 1e6 / sum(profiled):.0%} "
-        "of the calls' wall time"
+        f"propose, k={args.block_size}, {args.dtype}: {with_range(per_repeat, 3, scale=1e3)} ms per call (median "
+        f"call of each of {args.repeats} repeats of {len(profiled)} calls); under the profiler, torch operators take "
+        f"{operator_us / 1e6 / sum(profiled):.0%} of the calls' wall time"
     )
     print(events.table(sort_by="self_cpu_time_total", row_limit=args.rows))
 

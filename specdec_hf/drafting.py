@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["DraftProposal", "Drafter", "decoder_hidden_state_count", "validate_drafter"]
+__all__ = ["DraftProposal", "Drafter", "check_state_layers", "decoder_hidden_state_count", "validate_drafter"]
 
 
 @dataclass
@@ -156,3 +156,21 @@ def decoder_hidden_state_count(verifier) -> int:
     if layers is None:
         raise ValueError(f"cannot tell the decoder layers of {type(verifier).__name__} (no `layers` or `block`)")
     return len(layers) + 1
+
+
+def check_state_layers(layers: list[int] | None, verifier) -> None:
+    """Check that the decoder hidden-state indices a drafter reads (`verifier_state_layers`) exist in `verifier`.
+
+    Raises:
+        ValueError: naming the indices, the valid range and the fix.
+    """
+    if not layers:
+        return
+    count = decoder_hidden_state_count(verifier)
+    wrong = [index for index in layers if not -count <= int(index) < count]
+    if wrong:
+        raise ValueError(
+            f"The drafter reads verifier decoder states {wrong} (`prefix_feature_layers`), but this verifier returns "
+            f"{count} (indices {-count} to {count - 1}: 0 is the embedding output, -1 the top layer). Name layers "
+            "this verifier has, or use a drafter trained for it."
+        )

@@ -24,7 +24,7 @@ from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
 from transformers.integrations.fsdp import is_fsdp_managed_module
 
 from ..acceptance import validate_acceptance_arguments
-from ..drafting import decoder_hidden_state_count, validate_drafter
+from ..drafting import check_state_layers, validate_drafter
 from .outputs import SpeculativeGenerateOutput
 from .speculative_loop import SpeculativeLoopConfig, run_speculative_loop
 
@@ -96,7 +96,7 @@ def speculative_generate(
     validate_drafter(drafter, model.config.get_text_config(decoder=True).vocab_size)
     block_size = drafter.block_size if block_size is None else block_size
     validate_acceptance_arguments(beta, tau, block_size)
-    _check_state_layers(drafter, model)
+    check_state_layers(getattr(drafter, "verifier_state_layers", None), model)
     max_block_size = getattr(drafter, "max_block_size", None)
     if max_block_size is not None and block_size > max_block_size:
         raise ValueError(
@@ -172,21 +172,6 @@ def speculative_generate(
         cache=None,
         speculative_stats=result.stats,
     )
-
-
-def _check_state_layers(drafter, model) -> None:
-    """A drafter that reads verifier states must name layers this verifier has."""
-    layers = getattr(drafter, "verifier_state_layers", None)
-    if not layers:
-        return
-    count = decoder_hidden_state_count(model)
-    wrong = [index for index in layers if not -count <= index < count]
-    if wrong:
-        raise ValueError(
-            f"The drafter reads verifier decoder states {wrong} (`prefix_feature_layers`), but this verifier returns "
-            f"{count} (indices {-count} to {count - 1}: 0 is the embedding output, -1 the top layer). Use a drafter "
-            "trained for this verifier."
-        )
 
 
 def _source_ids(inputs_tensor: torch.Tensor | None, batch_size: int) -> torch.LongTensor | None:

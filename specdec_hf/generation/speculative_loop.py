@@ -207,16 +207,13 @@ def run_speculative_loop(
 
         # 3. Select the accepted tokens (position by position only where a processor can change the scores)
         acting = processors_acting_on(logits_processor, shortest, longest + k)
-        if config.do_sample:
-            scores, new_tokens, num_accepted = _judge_sampling_per_position(
-                logits, drafts, proposal_q, budgets, committed, lengths_t, acting
-            )
-        elif len(acting) == 0:
+        if len(acting) == 0 and not config.do_sample:
             scores = logits
             new_tokens, num_accepted = _accept_without_processors(scores, drafts, budgets, config)
         else:
-            scores, new_tokens, num_accepted = _judge_greedy_per_position(
-                logits, drafts, budgets, committed, lengths_t, acting, config
+            rule = _SamplingRule(proposal_q) if config.do_sample else _GreedyRule(config.beta, config.tau)
+            scores, new_tokens, num_accepted = _judge_per_position(
+                logits, drafts, budgets, committed, lengths_t, acting, rule
             )
         num_new = num_accepted + 1
 
@@ -415,17 +412,20 @@ def _drafts_after_committed(committed: torch.LongTensor, lengths: torch.LongTens
     return prefixes
 
 
-def _judge_greedy_per_position(
+def _judge_per_position(
     logits: torch.FloatTensor,
     drafts: torch.LongTensor,
     budgets: torch.LongTensor,
     committed: torch.LongTensor,
     lengths: torch.LongTensor,
     logits_processor: LogitsProcessorList,
-    config: SpeculativeLoopConfig,
+    rule: _GreedyRule | _SamplingRule,
 ) -> tuple[torch.FloatTensor, torch.LongTensor, torch.LongTensor]:
-    """Greedy mode, position by position: each position's scores processed with its exact prefix, the top-β/τ rule,
-    the verifier's top-1 where a row stops (or where its length budget ends).
+    """Judge the drafts position by position, each position's scores processed with its exact prefix.
+
+    `rule` is one acceptance mode (`_GreedyRule` or `_SamplingRule`): `rule.judge(processed, draft, rows, position)`
+    says which running rows accept their draft and what each emits where it stops; `rule.fresh(processed)` is the
+    token plain decoding would emit (after the last draft, or where a row's length budget ends).
 
     Returns the processed scores `(rows, k + 1, vocab)` (zeros where a row had already stopped), the tokens to
     append `(rows, k + 1)` and the number of accepted drafts per row.
@@ -441,54 +441,15 @@ def _judge_greedy_per_position(
             logits_processor, prefixes, lengths + position, running, logits[running, position]
         )
         scores[running, position] = processed
-        top1 = processed.argmax(dim=-1)
         if position == k:
-            new_tokens[running, position] = top1
+            new_tokens[running, position] = rule.fresh(processed)
             break
         draft = drafts[running, position]
-        # the length budget, not the rule, ends a row whose budget is spent: it emits the top-1, as greedy would
-        accepted = accept_drafts(processed, draft, config.beta, config.tau) & (budgets[running] > position)
-        new_tokens[running, position] = torch.where(accepted, draft, top1)
-        num_accepted[running[accepted]] += 1
-        running = running[accepted]
-        if running.numel() == 0:
-            break
-    return scores, new_tokens, num_accepted
-
-
-def _judge_sampling_per_position(
-    logits: torch.FloatTensor,
-    drafts: torch.LongTensor,
-    proposal_q: torch.FloatTensor,
-    budgets: torch.LongTensor,
-    committed: torch.LongTensor,
-    lengths: torch.LongTensor,
-    logits_processor: LogitsProcessorList,
-) -> tuple[torch.FloatTensor, torch.LongTensor, torch.LongTensor]:
-    """Sampling mode, position by position: speculative sampling against the processed p; a residual sample at a
-    rejection, a sample from p where the block or a row's length budget ends. Returns as
-    `_judge_greedy_per_position`."""
-    rows, k = drafts.shape
-    prefixes = _drafts_after_committed(committed, lengths, drafts)
-    scores = torch.zeros_like(logits)
-    new_tokens = torch.empty((rows, k + 1), dtype=torch.long, device=drafts.device)
-    num_accepted = torch.zeros(rows, dtype=torch.long, device=drafts.device)
-    running = torch.arange(rows, device=drafts.device)
-    for position in range(k + 1):
-        processed = _process_by_length(
-            logits_processor, prefixes, lengths + position, running, logits[running, position]
-        )
-        scores[running, position] = processed
-        p = torch.softmax(processed, dim=-1)
-        if position == k:
-            new_tokens[running, position] = torch.multinomial(p, 1).squeeze(1)
-            break
-        draft = drafts[running, position]
-        accepted, stop_token = speculative_sampling_step(p, proposal_q[running, position], draft)
+        accepted, stop_token = rule.judge(processed, draft, running, position)
         in_budget = budgets[running] > position
         if not bool(in_budget.all()):
-            # a spent budget ends these rows: emit what plain sampling would emit here, a sample from p
-            stop_token = torch.where(in_budget, stop_token, torch.multinomial(p, 1).squeeze(1))
+            # the length budget, not the rule, ends these rows: emit what plain decoding would emit here
+            stop_token = torch.where(in_budget, stop_token, rule.fresh(processed))
             accepted &= in_budget
         new_tokens[running, position] = torch.where(accepted, draft, stop_token)
         num_accepted[running[accepted]] += 1
@@ -496,6 +457,33 @@ def _judge_sampling_per_position(
         if running.numel() == 0:
             break
     return scores, new_tokens, num_accepted
+
+
+@dataclass
+class _GreedyRule:
+    """Greedy mode: the top-β/τ rule (`accept_drafts`); the verifier's top-1 where a row stops."""
+
+    beta: int
+    tau: float
+
+    def judge(self, processed, draft, rows, position):
+        return accept_drafts(processed, draft, self.beta, self.tau), processed.argmax(dim=-1)
+
+    def fresh(self, processed):
+        return processed.argmax(dim=-1)
+
+
+@dataclass
+class _SamplingRule:
+    """Sampling mode: speculative sampling of each draft against the processed p; a residual sample at a rejection."""
+
+    proposal_q: torch.FloatTensor  # (rows, k, vocab)
+
+    def judge(self, processed, draft, rows, position):
+        return speculative_sampling_step(torch.softmax(processed, dim=-1), self.proposal_q[rows, position], draft)
+
+    def fresh(self, processed):
+        return torch.multinomial(torch.softmax(processed, dim=-1), 1).squeeze(1)
 
 
 def _process_by_length(

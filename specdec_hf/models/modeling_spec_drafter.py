@@ -33,7 +33,7 @@ from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.utils import ModelOutput
 
-from ..drafting import Drafter, DraftProposal, decoder_hidden_state_count
+from ..drafting import Drafter, DraftProposal, check_state_layers
 from .configuration_spec_drafter import SpecDrafterConfig
 from .split_attention import every_split_attention_mask
 
@@ -1014,7 +1014,7 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel, Drafter):
             block_size (`int`, *optional*, defaults to 10): Number of tokens drafted per call (k).
             draft_vocab_ids (`list[int]` or `torch.LongTensor`, *optional*): A reduced-vocabulary LM head over these
                 verifier ids (distinct; e.g. the most frequent target tokens of the training data, see
-                `specdec_hf.training.frequent_token_ids`), its rows initialised from the verifier's output embedding.
+                `specdec_hf.training.frequent_token_ids` over `token_counts`), its rows initialised from the verifier's output embedding.
             overrides: Any [`SpecDrafterConfig`] field, e.g. `decoder_layers=1`, `encoder_layers=3`,
                 `prefix_attention="causal"`, `use_verifier_encoder=True` (no encoder: nothing of the encoder is
                 built or copied; the drafter reads the verifier's encoder output).
@@ -1039,15 +1039,7 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel, Drafter):
                 f"Unsupported verifier family {model_type!r}: `from_verifier` supports {sorted(ENCODER_CLASSES)}. "
                 "Build a `SpecDrafterConfig` by hand for other models."
             )
-        layers = overrides.get("prefix_feature_layers")
-        if layers:
-            count = decoder_hidden_state_count(verifier)
-            wrong = [index for index in layers if not -count <= int(index) < count]
-            if wrong:
-                raise ValueError(
-                    f"`prefix_feature_layers` {wrong} are not decoder states of this verifier: it returns {count} "
-                    f"(indices {-count} to {count - 1}; 0 is the embedding output, -1 the top layer)."
-                )
+        check_state_layers(overrides.get("prefix_feature_layers"), verifier)
         field_names = {field.name for field in fields(SpecDrafterConfig)}
         unknown = sorted(set(overrides) - field_names)
         if unknown:

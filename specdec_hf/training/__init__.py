@@ -10,7 +10,7 @@ from .in_memory import distill_greedy_outputs, fit_drafter_in_memory
 from .length_grouping import LengthGroupedSampler
 from .loss import DrafterLossSettings, VerifierTeacherOutputs, drafter_training_loss, verifier_teacher_outputs
 from .model_card import write_model_card
-from .vocabulary import frequent_token_ids, token_coverage
+from .vocabulary import frequent_token_ids, token_counts, token_coverage
 
 __all__ = [
     "BlockExamples",
@@ -31,6 +31,7 @@ __all__ = [
     "read_training_state",
     "sample_block_examples",
     "save_checkpoint_atomically",
+    "token_counts",
     "token_coverage",
     "verifier_teacher_outputs",
     "write_model_card",

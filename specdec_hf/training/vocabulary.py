@@ -10,13 +10,21 @@ from collections.abc import Iterable
 
 import torch
 
-__all__ = ["frequent_token_ids", "token_coverage"]
+__all__ = ["frequent_token_ids", "token_counts", "token_coverage"]
 
 
-def _counts(target_ids: Iterable[list[int]], vocab_size: int) -> torch.Tensor:
+def token_counts(target_ids: Iterable[list[int]], vocab_size: int) -> torch.LongTensor:
     """Occurrences of each id among the predicted positions (every position but the decoder start token).
 
-    Rows are read one at a time and counted in chunks, so a memory-mapped corpus of any size can be streamed in.
+    Rows are read one at a time and counted in chunks, so a memory-mapped corpus of any size can be streamed in; count
+    once and pass the counts to `frequent_token_ids` and `token_coverage`.
+
+    Args:
+        target_ids (iterable of `list[int]`): Distilled targets, each starting with the decoder start token.
+        vocab_size (`int`): The verifier's vocabulary size.
+
+    Returns:
+        `torch.LongTensor` of shape `(vocab_size,)`.
     """
     counts = torch.zeros(vocab_size, dtype=torch.long)
     chunk: list[int] = []
@@ -30,25 +38,22 @@ def _counts(target_ids: Iterable[list[int]], vocab_size: int) -> torch.Tensor:
     return counts
 
 
-def frequent_token_ids(target_ids: Iterable[list[int]], vocab_size: int, size: int) -> torch.LongTensor:
-    """The `size` ids the targets contain most often (ties by smaller id), most frequent first.
+def frequent_token_ids(counts: torch.LongTensor, size: int) -> torch.LongTensor:
+    """The `size` ids counted most often (ties by smaller id), most frequent first.
 
     Args:
-        target_ids (iterable of `list[int]`): Distilled targets, each starting with the decoder start token.
-        vocab_size (`int`): The verifier's vocabulary size.
+        counts (`torch.LongTensor` of shape `(vocab_size,)`): From `token_counts`.
         size (`int`): Ids to keep, in `[1, vocab_size]`.
 
     Returns:
         `torch.LongTensor` of shape `(size,)`.
     """
-    if not 1 <= size <= vocab_size:
-        raise ValueError(f"`draft_vocab_size` must be between 1 and the vocabulary size {vocab_size}, got {size}.")
-    counts = _counts(target_ids, vocab_size)
+    if not 1 <= size <= counts.numel():
+        raise ValueError(f"`draft_vocab_size` must be between 1 and the vocabulary size {counts.numel()}, got {size}.")
     # stable sort on -count keeps smaller ids first among equal counts
     return torch.sort(-counts, stable=True).indices[:size]
 
 
-def token_coverage(target_ids: Iterable[list[int]], kept_ids: torch.LongTensor, vocab_size: int) -> float:
-    """Fraction of the predicted target tokens that lie in `kept_ids`."""
-    counts = _counts(target_ids, vocab_size)
+def token_coverage(counts: torch.LongTensor, kept_ids: torch.LongTensor) -> float:
+    """Fraction of the counted target tokens that lie in `kept_ids`."""
     return float(counts[kept_ids].sum()) / max(int(counts.sum()), 1)

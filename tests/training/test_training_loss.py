@@ -14,6 +14,7 @@ from specdec_hf.training import (
     every_split_labels,
     fit_drafter_in_memory,
     frequent_token_ids,
+    token_counts,
     verifier_teacher_outputs,
 )
 
@@ -40,7 +41,7 @@ def test_every_split_loss_equals_one_split_losses_summed(overrides, soft_label_w
     verifier = build_verifier("bart")
     batch = _batch(verifier)
     # a head over some of the targets' tokens: the others must be ignored
-    kept = frequent_token_ids(batch["target_ids"].tolist(), VOCAB_SIZE, 2) if reduced_head else None
+    kept = frequent_token_ids(token_counts(batch["target_ids"].tolist(), VOCAB_SIZE), 2) if reduced_head else None
     drafter = SpecDrafterModel.from_verifier(
         verifier, block_size=3, draft_vocab_ids=kept, decoder_layers=1, prefix_attention="causal", **overrides
     ).eval()
