@@ -47,7 +47,8 @@ class DraftProposal:
             The drafter's state, updated; passed back to the next `propose` call.
         draft_confidence (`torch.FloatTensor` of shape `(batch_size, block_size)`, *optional*):
             The drafter's probability of each draft; confidence-truncated verification (`draft_confidence_threshold`)
-            verifies only the leading drafts whose running product stays above a threshold.
+            verifies only the leading drafts whose running product stays above a threshold. `None`:
+            [`~DraftProposal.confidence`] derives it from `draft_logits` when it is needed.
         draft_vocab_ids (`torch.LongTensor` of shape `(head_size,)`, *optional*):
             For a drafter with a reduced-vocabulary head: the verifier ids that the last dimension of `draft_logits`
             scores (shape `(batch_size, block_size, head_size)`); every other id has probability 0. `None`: the
@@ -59,6 +60,28 @@ class DraftProposal:
     state: Any
     draft_confidence: torch.FloatTensor | None = None
     draft_vocab_ids: torch.LongTensor | None = None
+
+    def confidence(self) -> torch.FloatTensor | None:
+        """The drafter's probability of each draft, `(batch_size, width)`: `draft_confidence` when the drafter gave
+        it, else the softmax of `draft_logits` at `draft_ids` (0 for an id outside a reduced head); `None` with
+        neither. Derived on demand because the softmax over the head would cost every call something (on CPU about a
+        tenth of a small drafter's call) while only confidence-truncated verification reads it.
+        """
+        if self.draft_confidence is not None or self.draft_logits is None:
+            return self.draft_confidence
+        width = min(self.draft_ids.shape[1], self.draft_logits.shape[1])
+        logits = self.draft_logits[:, :width].float()
+        ids = self.draft_ids[:, :width].to(logits.device)
+        if self.draft_vocab_ids is not None:
+            # verifier id -> column of the reduced head; ids outside it get an extra column of probability 0
+            vocab_ids = self.draft_vocab_ids.to(logits.device)
+            head_size = vocab_ids.shape[0]
+            size = max(int(ids.max()), int(vocab_ids.max())) + 1
+            column = torch.full((size,), head_size, dtype=torch.long, device=logits.device)
+            column[vocab_ids] = torch.arange(head_size, device=logits.device)
+            ids = column[ids]
+            logits = torch.nn.functional.pad(logits, (0, 1), value=float("-inf"))
+        return torch.softmax(logits, dim=-1).gather(-1, ids.unsqueeze(-1)).squeeze(-1)
 
 
 class Drafter(ABC):

@@ -899,8 +899,8 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel, Drafter):
         Returns:
             [`~specdec_hf.drafting.DraftProposal`]: `draft_ids` `(batch_size, block_size)` (argmax of
             `draft_logits`), `draft_logits` `(batch_size, block_size, head_size)` in float32 (over the ids of
-            `draft_vocab_ids` for a reduced head), `draft_confidence` (the drafter's probability of each draft) and
-            the updated state.
+            `draft_vocab_ids` for a reduced head; `DraftProposal.confidence()` turns them into the drafter's probability
+            of each draft) and the updated state.
         """
         block_size = self._check_block_size(block_size)
         device = self.shared.weight.device
@@ -945,14 +945,12 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel, Drafter):
         if causal:
             # positions below the shortest prefix are committed in every row: keep them, the rest is scratch
             state = replace(state, prefix_key_values=cache, cache_length=min_length)
-        # argmax in float32: the same ids, and several times faster on CPU than on half-precision logits
-        best_logit, best_index = head_logits.max(dim=-1)
-        confidence = torch.exp(best_logit - torch.logsumexp(head_logits, dim=-1))
+        # argmax in float32: the same ids, and several times faster on CPU than on half-precision logits; the
+        # confidence is left to `DraftProposal.confidence()`, computed only when truncation asks for it
         return DraftProposal(
-            draft_ids=self.from_draft_vocab(best_index),
+            draft_ids=self.from_draft_vocab(head_logits.argmax(dim=-1)),
             draft_logits=head_logits,
             state=state,
-            draft_confidence=confidence,
             draft_vocab_ids=self.draft_vocab_ids,
         )
 

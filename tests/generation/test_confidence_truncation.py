@@ -8,6 +8,7 @@ from conftest import VOCAB_SIZE, build_verifier, make_source_batch
 from oracle_drafters import ConfidentOracleDrafter
 
 from specdec_hf import speculative_generate
+from specdec_hf.drafting import DraftProposal
 from specdec_hf.generation.speculative_loop import confident_draft_counts
 
 GREEDY = dict(do_sample=False, num_beams=1)
@@ -18,6 +19,19 @@ def test_confident_draft_counts():
     assert confident_draft_counts(confidence, 0.5).tolist() == [3, 1, 4]  # never zero: the first draft always
     assert confident_draft_counts(confidence, 0.0).tolist() == [4, 4, 4]
     assert confident_draft_counts(confidence, 1.0).tolist() == [1, 1, 4]
+
+
+def test_proposal_confidence_from_logits():
+    logits = torch.log(torch.tensor([[[0.5, 0.3, 0.2], [0.1, 0.1, 0.8]]]))
+    # a drafter's own confidence wins; without it, the softmax of the logits at the drafted ids (argmax or not)
+    given = DraftProposal(torch.tensor([[0, 2]]), logits, None, draft_confidence=torch.tensor([[0.9, 0.9]]))
+    assert given.confidence() is given.draft_confidence
+    derived = DraftProposal(torch.tensor([[1, 2]]), logits, None).confidence()
+    torch.testing.assert_close(derived, torch.tensor([[0.3, 0.8]]))
+    # a reduced head over verifier ids [7, 3, 5]: id 3 is its column 1; id 4 lies outside the head (probability 0)
+    reduced = DraftProposal(torch.tensor([[3, 4]]), logits, None, draft_vocab_ids=torch.tensor([7, 3, 5]))
+    torch.testing.assert_close(reduced.confidence(), torch.tensor([[0.3, 0.0]]))
+    assert DraftProposal(torch.tensor([[1, 2]]), None, None).confidence() is None
 
 
 @pytest.mark.parametrize("processors", [False, True], ids=["all_positions_at_once", "per_position"])
