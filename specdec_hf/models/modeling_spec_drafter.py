@@ -408,20 +408,31 @@ class SpecDrafterDecoder(nn.Module):
         hidden_states = F.dropout(hidden_states, p=self.dropout, training=self.training)
 
         # Self-attention mask, True = may attend: keys are [cache | new prefix tokens | masks].
-        attention_mask = None
+        key_mask = None
         if prefix_mask is not None:
             key_mask = torch.cat([prefix_mask, prefix_mask.new_ones(batch_size, block_size)], dim=1)
             if cache_length > 0:
                 key_mask = torch.cat([key_mask.new_ones(batch_size, cache_length), key_mask], dim=1)
-            attention_mask = key_mask[:, None, None, :]  # (batch_size, 1, 1, key_length)
-        if self.causal_prefix:
+            key_mask = key_mask[:, None, None, :]  # (batch_size, 1, 1, key_length)
+        attention_mask = key_mask
+        # the mask slots see every real key, so the last layer (its queries are the slots only) needs the padding
+        # mask alone; the causal prefix mask matters to earlier layers only (a one-layer drafter at batch 1 builds
+        # no mask at all, and its attention runs unmasked)
+        if self.causal_prefix and len(self.layers) > 1:
             query_index = torch.arange(num_new + block_size, device=device)[:, None]
             key_index = torch.arange(cache_length + num_new + block_size, device=device)[None, :]
             allowed = (key_index <= cache_length + query_index) | (query_index >= num_new)
             # (batch_size or 1, 1, num_queries, key_length)
-            attention_mask = allowed[None, None] if attention_mask is None else attention_mask & allowed
+            attention_mask = allowed[None, None] if key_mask is None else key_mask & allowed
         return self._run_layers(
-            hidden_states, attention_mask, cross_key_values, encoder_attention_mask, block_size, cache, cache_length
+            hidden_states,
+            attention_mask,
+            key_mask,
+            cross_key_values,
+            encoder_attention_mask,
+            block_size,
+            cache,
+            cache_length,
         )
 
     def forward_every_split(
@@ -472,22 +483,31 @@ class SpecDrafterDecoder(nn.Module):
         hidden_states = torch.cat([prefix_states, slot_states], dim=1)
         hidden_states = F.dropout(hidden_states, p=self.dropout, training=self.training)
         attention_mask = every_split_attention_mask(prefix_mask, split_lengths, block_size)
-        return self._run_layers(hidden_states, attention_mask, cross_key_values, encoder_attention_mask, num_slots)
+        return self._run_layers(
+            hidden_states,
+            attention_mask,
+            attention_mask[:, :, -num_slots:],
+            cross_key_values,
+            encoder_attention_mask,
+            num_slots,
+        )
 
     def _run_layers(
         self,
         hidden_states: torch.Tensor,
         attention_mask: torch.BoolTensor | None,
+        last_mask: torch.BoolTensor | None,
         cross_key_values: tuple[tuple[torch.Tensor, torch.Tensor], ...],
         encoder_attention_mask: torch.BoolTensor | None,
         num_outputs: int,
         cache: tuple[tuple[torch.Tensor, torch.Tensor], ...] | None = None,
         cache_length: int = 0,
     ) -> torch.Tensor:
-        """The decoder layers; returns the normed states of the last `num_outputs` positions (the mask slots)."""
-        last_mask = attention_mask
-        if attention_mask is not None and attention_mask.shape[2] > 1:
-            last_mask = attention_mask[:, :, -num_outputs:]
+        """The decoder layers; returns the normed states of the last `num_outputs` positions (the mask slots).
+
+        `attention_mask` is the mask of every layer but the last; `last_mask` the last layer's, whose queries are
+        the mask slots only (`None`: no mask).
+        """
         last_index = len(self.layers) - 1
         for index, layer in enumerate(self.layers):
             is_last = index == last_index

@@ -199,13 +199,18 @@ def test_propose_matches_forward(prefix_attention):
 
 @pytest.mark.parametrize("prefix_attention", ["bidirectional", "causal"])
 @pytest.mark.parametrize("encoder", ["own", "bart"])
-def test_ragged_rows_match_single_rows(prefix_attention, encoder):
-    """Each row's proposal in a padded, ragged batch equals its proposal alone: padding does not leak."""
+@pytest.mark.parametrize("decoder_layers", [1, 2])
+def test_ragged_rows_match_single_rows(prefix_attention, encoder, decoder_layers):
+    """Each row's proposal in a padded, ragged batch equals its proposal alone: padding does not leak (one layer:
+    the last layer's padding-only mask; two: the causal prefix mask of the first layer too)."""
     if encoder == "own":
-        drafter = tiny_drafter(prefix_attention=prefix_attention)
+        drafter = tiny_drafter(prefix_attention=prefix_attention, decoder_layers=decoder_layers)
     else:
         drafter = SpecDrafterModel.from_verifier(
-            build_verifier("bart"), block_size=BLOCK_SIZE, decoder_layers=2, prefix_attention=prefix_attention
+            build_verifier("bart"),
+            block_size=BLOCK_SIZE,
+            decoder_layers=decoder_layers,
+            prefix_attention=prefix_attention,
         )
     source = make_source_batch(3)
     lengths = [2, 7, 4]
@@ -230,10 +235,11 @@ def test_bidirectional_and_causal_prefix_attention_differ():
     assert not torch.allclose(first.draft_logits, second.draft_logits)
 
 
-def test_causal_prefix_cache_matches_recompute_with_select_rows():
+@pytest.mark.parametrize("decoder_layers", [1, 2])
+def test_causal_prefix_cache_matches_recompute_with_select_rows(decoder_layers):
     """Over many calls with growing ragged prefixes (past the cache's first capacity), the cached logits equal a
     fresh recomputation; dropping and reordering rows with `select_rows` keeps that true."""
-    drafter = tiny_drafter(prefix_attention="causal")
+    drafter = tiny_drafter(prefix_attention="causal", decoder_layers=decoder_layers)
     source = make_source_batch(4)
     generator = torch.Generator().manual_seed(1)
     full = random_prefixes([200] * 4, seed=3)
