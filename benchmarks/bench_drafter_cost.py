@@ -10,6 +10,7 @@ cached decoder forward) of the same round, and the last column is the bound on t
 `Tok. x step / (verify(k) + drafter(k))` for the given --tok; each figure is the median over the rounds (min–max).
 
     python benchmarks/bench_drafter_cost.py --threads 1 --tok 3
+    python benchmarks/bench_drafter_cost.py --dtype bfloat16 --variants 0 --ks 4 8   # the shipped design only
 """
 
 from __future__ import annotations
@@ -90,7 +91,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--verifier", default="models/demo-en-de/verifier")
     parser.add_argument("--ks", type=int, nargs="+", default=[2, 4, 6, 8, 10])
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="The verifier's.")
+    parser.add_argument("--attn_implementation", default=None, help="The verifier's (default: transformers').")
     parser.add_argument("--drafter_dtype", default="bfloat16", choices=["float32", "bfloat16"])
+    parser.add_argument(
+        "--variants", type=int, nargs="+", default=None, help="Indices of the drafter designs to time (default: all)."
+    )
     parser.add_argument("--tok", type=float, default=3.0, help="Tok. assumed for the speed-up bound.")
     parser.add_argument("--repeats", type=int, default=10, help="Rounds of every measurement, interleaved.")
     parser.add_argument("--threads", type=int, default=1)
@@ -99,7 +105,9 @@ def main() -> None:
     torch.manual_seed(0)
     print_header(args.repeats)
 
-    verifier = AutoModelForSeq2SeqLM.from_pretrained(args.verifier, dtype=torch.float32).eval()
+    verifier = AutoModelForSeq2SeqLM.from_pretrained(
+        args.verifier, dtype=getattr(torch, args.dtype), attn_implementation=args.attn_implementation
+    ).eval()
     inputs = AutoTokenizer.from_pretrained(args.verifier)(SOURCE, return_tensors="pt")
     with torch.no_grad():
         encoder_outputs = verifier.get_encoder()(**inputs)
@@ -108,7 +116,9 @@ def main() -> None:
     measures = {"step": verifier_forward(**forward, prefix=prefix, num_tokens=1)}
     measures.update({f"verify {k}": verifier_forward(**forward, prefix=prefix, num_tokens=k + 1) for k in args.ks})
     dtype = getattr(torch, args.drafter_dtype)
-    for index, overrides in enumerate(VARIANTS.values()):
+    variants = {index: name for index, name in enumerate(VARIANTS) if args.variants is None or index in args.variants}
+    for index, name in variants.items():
+        overrides = VARIANTS[name]
         # "causal" unless a variant says otherwise (the config's default is the paper's bidirectional prefix)
         overrides = {"prefix_attention": "causal", **overrides}
         if "draft_vocab_ids" in overrides:
@@ -124,12 +134,13 @@ def main() -> None:
         return [time / step_time for time, step_time in zip(times, step, strict=True)]
 
     print(
-        f"verifier {args.verifier} (float32), batch 1: greedy step {with_range(step, 2, 1e3)} ms; "
+        f"verifier {args.verifier} ({args.dtype}, attention {verifier.config._attn_implementation}), batch 1: "
+        f"greedy step {with_range(step, 2, 1e3)} ms; "
         f"drafter {args.drafter_dtype}; bound at Tok. {args.tok}"
     )
     print("\n| drafter | k | drafter call (steps) | verify k (steps) | bound on speed-up |")
     print("|---|---|---|---|---|")
-    for index, name in enumerate(VARIANTS):
+    for index, name in variants.items():
         for k in args.ks:
             draft, verify = in_steps(costs[f"draft {index} {k}"]), in_steps(costs[f"verify {k}"])
             # per round: Tok. tokens for one verification and one drafter call, against one token per greedy step
