@@ -1,0 +1,226 @@
+"""Where the time of a real speculative decoding goes, against greedy, on the demo pair.
+
+Greedy `generate()` and speculative β=1 run on the same sentences, interleaved in a rotating order (one sentence
+is one group), and each run's wall time is split into the verifier's encoder, its decoder forwards (greedy steps or
+verifications, LM head included), the drafter's calls, the speculative loop's own work (its wall time minus the
+decoder forwards and the drafter) and what `generate()` does around them (set-up, and for greedy its per-step
+logits processing and stopping). The second table alternates one k-token verification with one drafter call on a
+fixed prefix, as the loop does, and times each alone and after the other: the cost of their sharing one core's
+caches and the allocator.
+
+    python benchmarks/bench_iteration_split.py --dtype bfloat16 --threads 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import statistics
+import time
+
+import torch
+from _common import print_header, with_range
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DynamicCache, EncoderDecoderCache
+
+from specdec_hf import SpecDrafterModel, speculative_generate
+from specdec_hf.evaluation import ModuleTimer, TimedDrafter
+from specdec_hf.evaluation.interleaved import interleave
+
+CPU = torch.device("cpu")
+PARTS = ("encoder", "decoder", "drafter", "loop", "generate")
+
+
+class TimedCall:
+    """Wraps a callable and accumulates the wall time spent in it (signature preserved for `custom_generate`)."""
+
+    def __init__(self, function):
+        self.total = 0.0
+        self.function = function
+        functools.update_wrapper(self, function)
+
+    def __call__(self, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return self.function(*args, **kwargs)
+        finally:
+            self.total += time.perf_counter() - start
+
+
+def split_runs(verifier, drafter, sources, block_size: int, repeats: int) -> dict[str, dict[str, list[float]]]:
+    """Per strategy and part, one total per repeat (seconds over all sentences); also forwards, calls, tokens."""
+    encoder_timer = ModuleTimer([verifier.get_encoder()], CPU)
+    decoder_timer = ModuleTimer([verifier.get_decoder(), verifier.get_output_embeddings()], CPU)
+    timed_drafter = TimedDrafter(drafter, CPU)
+    loop = TimedCall(speculative_generate)
+    greedy_kwargs = dict(do_sample=False, num_beams=1, max_new_tokens=96)
+    names = ("greedy", "speculative")
+    parts = {name: {part: [0.0] * repeats for part in (*PARTS, "forwards", "calls", "tokens")} for name in names}
+    runs = dict.fromkeys(names, 0)  # calls so far: the repeat a call belongs to is runs // sentences
+
+    def run(name: str, group: int) -> float:
+        for timer in (encoder_timer, decoder_timer):
+            timer.total_s, timer.calls = 0.0, [0] * len(timer.modules)
+        timed_drafter.total_s, timed_drafter.propose_calls, loop.total = 0.0, 0, 0.0
+        start = time.perf_counter()
+        if name == "greedy":
+            output = verifier.generate(**sources[group], **greedy_kwargs)
+        else:
+            extra = dict(custom_generate=loop, drafter=timed_drafter, block_size=block_size)
+            output = verifier.generate(**sources[group], **greedy_kwargs, **extra)
+        total = time.perf_counter() - start
+        record = parts[name]
+        r = runs[name] // len(sources)
+        runs[name] += 1
+        inside_loop = decoder_timer.total_s + timed_drafter.total_s
+        record["encoder"][r] += encoder_timer.total_s
+        record["decoder"][r] += decoder_timer.total_s
+        record["drafter"][r] += timed_drafter.total_s
+        record["loop"][r] += loop.total - inside_loop if name == "speculative" else 0.0
+        outside = total - encoder_timer.total_s - (loop.total if name == "speculative" else decoder_timer.total_s)
+        record["generate"][r] += outside
+        record["forwards"][r] += decoder_timer.calls[0]
+        record["calls"][r] += timed_drafter.propose_calls
+        record["tokens"][r] += output.shape[1] - 1
+        return total
+
+    measures = {name: functools.partial(run, name) for name in names}
+    with encoder_timer, decoder_timer:
+        interleave(measures, num_groups=min(3, len(sources)), repeats=1, desc="warm-up")
+        for name in names:  # the warm-up's figures went to repeat 0: start afresh
+            runs[name] = 0
+            for values in parts[name].values():
+                values[0] = 0.0
+        interleave(measures, num_groups=len(sources), repeats=repeats, desc="sentences")
+    return parts
+
+
+def run_totals(record: dict[str, list[float]]) -> list[float]:
+    """The wall time of each repeat: the sum of its parts."""
+    return [sum(record[part][repeat] for part in PARTS) for repeat in range(len(record["encoder"]))]
+
+
+def alternation(verifier, drafter, source, block_size: int, calls: int) -> dict[str, float]:
+    """Median seconds of a (k+1)-token verification and of a drafter call, each alone and right after the other."""
+    prefix = torch.randint(5, min(drafter.vocab_size, 4000), (1, 40))
+    prefix[:, 0] = verifier.config.decoder_start_token_id
+    layers = drafter.verifier_state_layers
+    width = len(layers or []) * drafter.config.d_model
+    states = {} if not layers else {"prefix_states": torch.randn(1, 40, width, dtype=drafter.dtype)}
+    with torch.no_grad():
+        encoder_outputs = verifier.get_encoder()(**source)
+        cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        kwargs = dict(encoder_outputs=encoder_outputs, attention_mask=source["attention_mask"], use_cache=True)
+        verifier(decoder_input_ids=prefix[:, :20], past_key_values=cache, **kwargs)
+        state = [drafter.init_drafting_state(source["input_ids"], source["attention_mask"], encoder_outputs[0])]
+
+        def verify() -> float:
+            start = time.perf_counter()
+            verifier(
+                decoder_input_ids=prefix[:, 20 : 21 + block_size],
+                past_key_values=cache,
+                output_hidden_states=True,
+                **kwargs,
+            )
+            cache.crop(-(block_size + 1))
+            return time.perf_counter() - start
+
+        def draft() -> float:
+            start = time.perf_counter()
+            proposal = drafter.propose(
+                state[0],
+                prefix[:, :21],
+                torch.tensor([21]),
+                block_size,
+                **{name: value[:, :21] for name, value in states.items()},
+            )
+            state[0] = proposal.state
+            return time.perf_counter() - start
+
+        for _ in range(20):
+            verify(), draft()
+        alone_verify = [verify() for _ in range(calls)]
+        alone_draft = [draft() for _ in range(calls)]
+        paired = [(verify(), draft()) for _ in range(calls)]
+    return {
+        "verify alone": statistics.median(alone_verify),
+        "verify after a drafter call": statistics.median(pair[0] for pair in paired),
+        "drafter call alone": statistics.median(alone_draft),
+        "drafter call after a verification": statistics.median(pair[1] for pair in paired),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--verifier", default="models/demo-en-de/verifier")
+    parser.add_argument("--drafter", default="models/demo-en-de/drafter")
+    parser.add_argument(
+        "--data", default="models/demo-en-de/heldout_test.jsonl", help="JSON lines with translation.en"
+    )
+    parser.add_argument("--limit", type=int, default=40, help="Sentences (the first N rows).")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="The verifier's.")
+    parser.add_argument("--attn_implementation", default=None, help="The verifier's (default: transformers').")
+    parser.add_argument("--drafter_dtype", default="bfloat16", choices=["float32", "bfloat16"])
+    parser.add_argument("--block_size", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print_header(args.repeats)
+
+    verifier = AutoModelForSeq2SeqLM.from_pretrained(
+        args.verifier, dtype=getattr(torch, args.dtype), attn_implementation=args.attn_implementation
+    ).eval()
+    verifier.generation_config.max_length = None  # max_new_tokens is passed; a stored max_length would only warn
+    drafter = SpecDrafterModel.from_pretrained(args.drafter, dtype=getattr(torch, args.drafter_dtype)).eval()
+    tokenizer = AutoTokenizer.from_pretrained(args.verifier)
+    with open(args.data) as handle:
+        rows = [json.loads(line) for line in handle][: args.limit]
+    sources = [tokenizer([row["translation"]["en"]], return_tensors="pt") for row in rows]
+
+    parts = split_runs(verifier, drafter, sources, args.block_size, args.repeats)
+    greedy_tokens = statistics.median(parts["greedy"]["tokens"])
+    greedy_per_token = [total / greedy_tokens for total in run_totals(parts["greedy"])]
+    print(
+        f"\nverifier {args.verifier} ({args.dtype}, attention {verifier.config._attn_implementation}), drafter "
+        f"{args.drafter} ({args.drafter_dtype}), k={args.block_size}, batch 1, {len(sources)} sentences; "
+        f"greedy costs {with_range(greedy_per_token, 2, 1e3)} ms per token"
+    )
+    print(
+        "\n| ms per sentence | total | encoder | decoder forwards | drafter calls | loop | generate() around | tokens |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    n = len(sources)
+    for name, record in parts.items():
+        cells = [with_range(run_totals(record), 2, 1e3 / n)] + [with_range(record[p], 2, 1e3 / n) for p in PARTS]
+        forwards = statistics.median(record["forwards"]) / n
+        calls = statistics.median(record["calls"]) / n
+        cells[2] += f" ({forwards:.1f})"
+        cells[3] += f" ({calls:.1f})" if calls else ""
+        print(f"| {name} | " + " | ".join(cells) + f" | {statistics.median(record['tokens']) / n:.1f} |")
+    spec = parts["speculative"]
+    iterations = statistics.median(spec["forwards"])
+    per_iteration = {
+        "verification": statistics.median(spec["decoder"]) / iterations,
+        "drafter call": statistics.median(spec["drafter"]) / iterations,
+        "loop": statistics.median(spec["loop"]) / iterations,
+    }
+    token = statistics.median(greedy_per_token)
+    print(
+        f"\nper iteration (Tok. {statistics.median(spec['tokens']) / iterations:.2f}): "
+        + ", ".join(
+            f"{part} {seconds * 1e3:.2f} ms = {seconds / token:.2f} greedy tokens"
+            for part, seconds in per_iteration.items()
+        )
+    )
+
+    times = alternation(verifier, drafter, sources[0], args.block_size, calls=300)
+    print(f"\n| alternation (median of 300, k={args.block_size}) | ms |")
+    print("|---|---|")
+    for name, seconds in times.items():
+        print(f"| {name} | {seconds * 1e3:.3f} |")
+
+
+if __name__ == "__main__":
+    main()
