@@ -7,10 +7,12 @@ drift over minutes then hits both alike, and ratios are taken per repeat.
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import shlex
 import sys
+import time
 from collections.abc import Sequence
 
 import torch
@@ -19,7 +21,7 @@ import transformers
 from specdec_hf.evaluation.interleaved import format_spread, spread
 from specdec_hf.evaluation.machine import cpu_model, load_average
 
-__all__ = ["print_header", "with_range"]
+__all__ = ["TimedCall", "print_header", "with_range"]
 
 
 def print_header(repeats: int) -> None:
@@ -51,3 +53,19 @@ def with_range(values: Sequence[float], digits: int = 3, scale: float = 1.0, suf
     """
     median, low, high = spread(values)
     return format_spread(median * scale, low * scale, high * scale, digits, suffix)
+
+
+class TimedCall:
+    """Wraps a callable and accumulates the wall time spent in it (signature preserved for `custom_generate`)."""
+
+    def __init__(self, function):
+        self.total = 0.0
+        self.function = function
+        functools.update_wrapper(self, function)
+
+    def __call__(self, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return self.function(*args, **kwargs)
+        finally:
+            self.total += time.perf_counter() - start

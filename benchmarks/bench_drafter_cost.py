@@ -72,7 +72,8 @@ def drafter_propose(drafter, inputs, encoder_states, k: int, tokens_per_call: in
     prefix = torch.randint(5, drafter.vocab_size, (1, 128))
     # a drafter that reads verifier states gets some of the right shape (the cost does not depend on their values)
     layers = drafter.verifier_state_layers
-    states = {} if not layers else {"prefix_states": torch.randn(1, 128, len(layers) * drafter.config.d_model)}
+    width = drafter.feature_proj.in_features if layers else 0  # the verifier's states, concatenated
+    states = {} if not layers else {"prefix_states": torch.randn(1, 128, width)}
 
     def measure(group: int) -> float:
         times = []
@@ -95,7 +96,12 @@ def main() -> None:
     parser.add_argument("--attn_implementation", default=None, help="The verifier's (default: transformers').")
     parser.add_argument("--drafter_dtype", default="bfloat16", choices=["float32", "bfloat16"])
     parser.add_argument(
-        "--variants", type=int, nargs="+", default=None, help="Indices of the drafter designs to time (default: all)."
+        "--variants",
+        type=int,
+        nargs="+",
+        choices=range(len(VARIANTS)),
+        default=None,
+        help="Indices of the drafter designs to time, in the order of VARIANTS (default: all).",
     )
     parser.add_argument("--tok", type=float, default=3.0, help="Tok. assumed for the speed-up bound.")
     parser.add_argument("--repeats", type=int, default=10, help="Rounds of every measurement, interleaved.")

@@ -2,11 +2,11 @@
 
 Greedy `generate()` and speculative β=1 run on the same sentences, interleaved in a rotating order (one sentence
 is one group), and each run's wall time is split into the verifier's encoder, its decoder forwards (greedy steps or
-verifications, LM head included), the drafter's calls, the speculative loop's own work (its wall time minus the
-decoder forwards and the drafter) and what `generate()` does around them (set-up, and for greedy its per-step
-logits processing and stopping). The second table alternates one k-token verification with one drafter call on a
-fixed prefix, as the loop does, and times each alone and after the other: the cost of their sharing one core's
-caches and the allocator.
+verifications, LM head included), the drafter's `propose` calls and the rest: everything else inside `generate()`
+(its set-up; for greedy its per-step logits processing and stopping; for speculative decoding the loop's own work
+and the drafter's per-call set-up). The second table alternates one (k+1)-token verification with one drafter call
+that reads two new prefix tokens, as the loop does, and times each alone and right after the other, in interleaved
+rounds: what their sharing one core's caches and the allocator costs.
 
     python benchmarks/bench_iteration_split.py --dtype bfloat16 --threads 2
 """
@@ -18,6 +18,7 @@ import functools
 import json
 import statistics
 import time
+from dataclasses import replace
 
 import torch
 from _common import print_header, with_range
@@ -25,26 +26,10 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DynamicCache, Enc
 
 from specdec_hf import SpecDrafterModel, speculative_generate
 from specdec_hf.evaluation import ModuleTimer, TimedDrafter
-from specdec_hf.evaluation.interleaved import interleave
+from specdec_hf.evaluation.interleaved import interleave, rotation
 
 CPU = torch.device("cpu")
-PARTS = ("encoder", "decoder", "drafter", "loop", "generate")
-
-
-class TimedCall:
-    """Wraps a callable and accumulates the wall time spent in it (signature preserved for `custom_generate`)."""
-
-    def __init__(self, function):
-        self.total = 0.0
-        self.function = function
-        functools.update_wrapper(self, function)
-
-    def __call__(self, *args, **kwargs):
-        start = time.perf_counter()
-        try:
-            return self.function(*args, **kwargs)
-        finally:
-            self.total += time.perf_counter() - start
+PARTS = ("encoder", "decoder", "drafter", "rest")
 
 
 def split_runs(verifier, drafter, sources, block_size: int, repeats: int) -> dict[str, dict[str, list[float]]]:
@@ -52,33 +37,31 @@ def split_runs(verifier, drafter, sources, block_size: int, repeats: int) -> dic
     encoder_timer = ModuleTimer([verifier.get_encoder()], CPU)
     decoder_timer = ModuleTimer([verifier.get_decoder(), verifier.get_output_embeddings()], CPU)
     timed_drafter = TimedDrafter(drafter, CPU)
-    loop = TimedCall(speculative_generate)
     greedy_kwargs = dict(do_sample=False, num_beams=1, max_new_tokens=96)
     names = ("greedy", "speculative")
     parts = {name: {part: [0.0] * repeats for part in (*PARTS, "forwards", "calls", "tokens")} for name in names}
-    runs = dict.fromkeys(names, 0)  # calls so far: the repeat a call belongs to is runs // sentences
+    # interleave() calls every name once per (repeat, sentence) step, repeat-major: a name's n-th call belongs to
+    # repeat n // sentences
+    runs = dict.fromkeys(names, 0)
 
     def run(name: str, group: int) -> float:
         for timer in (encoder_timer, decoder_timer):
             timer.total_s, timer.calls = 0.0, [0] * len(timer.modules)
-        timed_drafter.total_s, timed_drafter.propose_calls, loop.total = 0.0, 0, 0.0
+        timed_drafter.total_s, timed_drafter.propose_s, timed_drafter.propose_calls = 0.0, 0.0, 0
         start = time.perf_counter()
         if name == "greedy":
             output = verifier.generate(**sources[group], **greedy_kwargs)
         else:
-            extra = dict(custom_generate=loop, drafter=timed_drafter, block_size=block_size)
+            extra = dict(custom_generate=speculative_generate, drafter=timed_drafter, block_size=block_size)
             output = verifier.generate(**sources[group], **greedy_kwargs, **extra)
         total = time.perf_counter() - start
         record = parts[name]
         r = runs[name] // len(sources)
         runs[name] += 1
-        inside_loop = decoder_timer.total_s + timed_drafter.total_s
         record["encoder"][r] += encoder_timer.total_s
         record["decoder"][r] += decoder_timer.total_s
-        record["drafter"][r] += timed_drafter.total_s
-        record["loop"][r] += loop.total - inside_loop if name == "speculative" else 0.0
-        outside = total - encoder_timer.total_s - (loop.total if name == "speculative" else decoder_timer.total_s)
-        record["generate"][r] += outside
+        record["drafter"][r] += timed_drafter.propose_s
+        record["rest"][r] += total - encoder_timer.total_s - decoder_timer.total_s - timed_drafter.propose_s
         record["forwards"][r] += decoder_timer.calls[0]
         record["calls"][r] += timed_drafter.propose_calls
         record["tokens"][r] += output.shape[1] - 1
@@ -100,53 +83,61 @@ def run_totals(record: dict[str, list[float]]) -> list[float]:
     return [sum(record[part][repeat] for part in PARTS) for repeat in range(len(record["encoder"]))]
 
 
-def alternation(verifier, drafter, source, block_size: int, calls: int) -> dict[str, float]:
-    """Median seconds of a (k+1)-token verification and of a drafter call, each alone and right after the other."""
+def alternation(verifier, drafter, source, block_size: int, rounds: int, calls: int) -> dict[str, float]:
+    """Median seconds of a (k+1)-token verification and of a drafter call, each alone and right after the other.
+
+    Every round runs `calls` of each pattern (verifications alone, drafter calls alone, pairs), in a rotating
+    order. Each drafter call reads the same two prefix tokens past its cache, as a loop accepting about one draft
+    per iteration would: the drafter's cache length is set back before every call (a `SpecDrafterModel` state).
+    """
     prefix = torch.randint(5, min(drafter.vocab_size, 4000), (1, 40))
     prefix[:, 0] = verifier.config.decoder_start_token_id
     layers = drafter.verifier_state_layers
-    width = len(layers or []) * drafter.config.d_model
-    states = {} if not layers else {"prefix_states": torch.randn(1, 40, width, dtype=drafter.dtype)}
+    states = {} if not layers else {"prefix_states": torch.randn(1, 40, drafter.feature_proj.in_features)}
     with torch.no_grad():
         encoder_outputs = verifier.get_encoder()(**source)
         cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
         kwargs = dict(encoder_outputs=encoder_outputs, attention_mask=source["attention_mask"], use_cache=True)
-        verifier(decoder_input_ids=prefix[:, :20], past_key_values=cache, **kwargs)
+        verifier(decoder_input_ids=prefix[:, :20], cache=cache, **kwargs)
         state = [drafter.init_drafting_state(source["input_ids"], source["attention_mask"], encoder_outputs[0])]
+        state[0] = drafter.propose(
+            state[0],
+            prefix[:, :19],
+            torch.tensor([19]),
+            block_size,
+            **{name: value[:, :19] for name, value in states.items()},
+        ).state
 
         def verify() -> float:
             start = time.perf_counter()
             verifier(
-                decoder_input_ids=prefix[:, 20 : 21 + block_size],
-                past_key_values=cache,
-                output_hidden_states=True,
-                **kwargs,
+                decoder_input_ids=prefix[:, 20 : 21 + block_size], cache=cache, output_hidden_states=True, **kwargs
             )
             cache.crop(-(block_size + 1))
             return time.perf_counter() - start
 
         def draft() -> float:
             start = time.perf_counter()
-            proposal = drafter.propose(
-                state[0],
-                prefix[:, :21],
-                torch.tensor([21]),
-                block_size,
-                **{name: value[:, :21] for name, value in states.items()},
-            )
-            state[0] = proposal.state
-            return time.perf_counter() - start
+            extra = {name: value[:, :21] for name, value in states.items()}
+            proposal = drafter.propose(state[0], prefix[:, :21], torch.tensor([21]), block_size, **extra)
+            elapsed = time.perf_counter() - start
+            state[0] = replace(proposal.state, cache_length=19)  # the next call reads positions 19 and 20 again
+            return elapsed
 
-        for _ in range(20):
-            verify(), draft()
-        alone_verify = [verify() for _ in range(calls)]
-        alone_draft = [draft() for _ in range(calls)]
-        paired = [(verify(), draft()) for _ in range(calls)]
+        patterns = {
+            "alone": lambda: [(verify(), None) for _ in range(calls)] + [(None, draft()) for _ in range(calls)],
+            "paired": lambda: [(verify(), draft()) for _ in range(calls)],
+        }
+        patterns["alone"](), patterns["paired"]()  # warm-up
+        samples = {name: [] for name in patterns}
+        for round_index in range(rounds):
+            for name in rotation(list(patterns), round_index):
+                samples[name].extend(patterns[name]())
     return {
-        "verify alone": statistics.median(alone_verify),
-        "verify after a drafter call": statistics.median(pair[0] for pair in paired),
-        "drafter call alone": statistics.median(alone_draft),
-        "drafter call after a verification": statistics.median(pair[1] for pair in paired),
+        "verification alone": statistics.median(v for v, _ in samples["alone"] if v is not None),
+        "verification right after a drafter call": statistics.median(v for v, _ in samples["paired"]),
+        "drafter call alone": statistics.median(d for _, d in samples["alone"] if d is not None),
+        "drafter call right after a verification": statistics.median(d for _, d in samples["paired"]),
     }
 
 
@@ -187,36 +178,36 @@ def main() -> None:
         f"{args.drafter} ({args.drafter_dtype}), k={args.block_size}, batch 1, {len(sources)} sentences; "
         f"greedy costs {with_range(greedy_per_token, 2, 1e3)} ms per token"
     )
-    print(
-        "\n| ms per sentence | total | encoder | decoder forwards | drafter calls | loop | generate() around | tokens |"
-    )
-    print("|---|---|---|---|---|---|---|---|")
+    print("\n| ms per sentence | total | encoder | decoder forwards (count) | drafter calls (count) | rest | tokens |")
+    print("|---|---|---|---|---|---|---|")
     n = len(sources)
     for name, record in parts.items():
         cells = [with_range(run_totals(record), 2, 1e3 / n)] + [with_range(record[p], 2, 1e3 / n) for p in PARTS]
-        forwards = statistics.median(record["forwards"]) / n
+        cells[2] += f" ({statistics.median(record['forwards']) / n:.1f})"
         calls = statistics.median(record["calls"]) / n
-        cells[2] += f" ({forwards:.1f})"
         cells[3] += f" ({calls:.1f})" if calls else ""
         print(f"| {name} | " + " | ".join(cells) + f" | {statistics.median(record['tokens']) / n:.1f} |")
-    spec = parts["speculative"]
+    spec, greedy = parts["speculative"], parts["greedy"]
     iterations = statistics.median(spec["forwards"])
+    token = statistics.median(greedy_per_token)
     per_iteration = {
         "verification": statistics.median(spec["decoder"]) / iterations,
-        "drafter call": statistics.median(spec["drafter"]) / iterations,
-        "loop": statistics.median(spec["loop"]) / iterations,
+        "drafter call": statistics.median(spec["drafter"]) / statistics.median(spec["calls"]),
+        "rest": statistics.median(spec["rest"]) / iterations,
     }
-    token = statistics.median(greedy_per_token)
     print(
-        f"\nper iteration (Tok. {statistics.median(spec['tokens']) / iterations:.2f}): "
+        f"\nper speculative iteration (Tok. {statistics.median(spec['tokens']) / iterations:.2f}): "
         + ", ".join(
-            f"{part} {seconds * 1e3:.2f} ms = {seconds / token:.2f} greedy tokens"
-            for part, seconds in per_iteration.items()
+            f"{part} {seconds * 1e3:.2f} ms = {seconds / token:.2f}" for part, seconds in per_iteration.items()
         )
+        + " greedy tokens; per greedy token: decoder forward "
+        + f"{statistics.median(greedy['decoder']) / statistics.median(greedy['forwards']) * 1e3:.2f} ms, rest "
+        + f"{statistics.median(greedy['rest']) / greedy_tokens * 1e3:.2f} ms"
     )
 
-    times = alternation(verifier, drafter, sources[0], args.block_size, calls=300)
-    print(f"\n| alternation (median of 300, k={args.block_size}) | ms |")
+    rounds, calls = 10, 30
+    times = alternation(verifier, drafter, sources[0], args.block_size, rounds, calls)
+    print(f"\n| k={args.block_size}, median of {rounds} interleaved rounds of {calls} calls | ms |")
     print("|---|---|")
     for name, seconds in times.items():
         print(f"| {name} | {seconds * 1e3:.3f} |")

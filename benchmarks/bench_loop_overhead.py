@@ -11,14 +11,13 @@ prints figures (median and min–max of --repeats runs) for the README.
 from __future__ import annotations
 
 import argparse
-import functools
 import statistics
 import sys
 import time
 from pathlib import Path
 
 import torch
-from _common import print_header, with_range
+from _common import TimedCall, print_header, with_range
 from transformers import BartConfig, BartForConditionalGeneration
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -69,22 +68,6 @@ class ForwardTimer:
     def _stop(self, module, args, output):
         self.total += time.perf_counter() - self._t0
         self.calls += 1
-
-
-class TimedCall:
-    """Wraps a callable and accumulates the wall time spent in it (signature preserved for `custom_generate`)."""
-
-    def __init__(self, function):
-        self.total = 0.0
-        self.function = function
-        functools.update_wrapper(self, function)
-
-    def __call__(self, *args, **kwargs):
-        start = time.perf_counter()
-        try:
-            return self.function(*args, **kwargs)
-        finally:
-            self.total += time.perf_counter() - start
 
 
 def build(shape: str) -> BartForConditionalGeneration:

@@ -62,26 +62,32 @@ class DraftProposal:
     draft_vocab_ids: torch.LongTensor | None = None
 
     def confidence(self) -> torch.FloatTensor | None:
-        """The drafter's probability of each draft, `(batch_size, width)`: `draft_confidence` when the drafter gave
-        it, else the softmax of `draft_logits` at `draft_ids` (0 for an id outside a reduced head); `None` with
-        neither. Derived on demand because the softmax over the head would cost every call something (on CPU about a
-        tenth of a small drafter's call) while only confidence-truncated verification reads it.
+        """The drafter's probability of each draft: `draft_confidence` when the drafter gave it, else the softmax of
+        `draft_logits` at `draft_ids` (0 for an id outside a reduced head); `None` with neither. Derived on demand
+        because the softmax over the head would cost every call something (on CPU about a tenth of a small drafter's
+        call) while only confidence-truncated verification reads it.
+
+        Returns:
+            `torch.FloatTensor` of shape `(batch_size, width)`, width the smaller of `draft_ids`' and `draft_logits`'
+            second dimensions (both at least the k of the iteration), or `None`.
         """
         if self.draft_confidence is not None or self.draft_logits is None:
             return self.draft_confidence
         width = min(self.draft_ids.shape[1], self.draft_logits.shape[1])
         logits = self.draft_logits[:, :width].float()
-        ids = self.draft_ids[:, :width].to(logits.device)
+        ids = self.draft_ids[:, :width].to(logits.device).long()
+        in_head = None
         if self.draft_vocab_ids is not None:
-            # verifier id -> column of the reduced head; ids outside it get an extra column of probability 0
-            vocab_ids = self.draft_vocab_ids.to(logits.device)
-            head_size = vocab_ids.shape[0]
-            size = max(int(ids.max()), int(vocab_ids.max())) + 1
-            column = torch.full((size,), head_size, dtype=torch.long, device=logits.device)
-            column[vocab_ids] = torch.arange(head_size, device=logits.device)
+            # verifier id -> column of the reduced head (-1 where the id is not in it)
+            vocab_ids = self.draft_vocab_ids.to(logits.device).long()
+            column = torch.full((int(max(ids.max(), vocab_ids.max())) + 1,), -1, dtype=torch.long, device=ids.device)
+            column[vocab_ids] = torch.arange(vocab_ids.shape[0], device=ids.device)
             ids = column[ids]
-            logits = torch.nn.functional.pad(logits, (0, 1), value=float("-inf"))
-        return torch.softmax(logits, dim=-1).gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+            in_head = ids >= 0
+            ids = ids.clamp(min=0)
+        log_probs = logits.gather(-1, ids.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+        probabilities = log_probs.exp()
+        return probabilities if in_head is None else torch.where(in_head, probabilities, 0.0)
 
 
 class Drafter(ABC):

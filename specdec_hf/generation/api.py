@@ -68,7 +68,7 @@ def speculative_generate(
             above this value, at least one. Saves verifying drafts that are unlikely to be accepted. The cut depends
             only on the drafter, so β=1 stays identical to greedy and sampling keeps its distribution (with β>1 the
             relaxed rule sees fewer drafts, which changes what it may accept). `None` (default) verifies all k;
-            drafters that report no confidence are always verified in full.
+            drafters that return neither `draft_confidence` nor `draft_logits` are always verified in full.
         inputs_tensor (`torch.Tensor`, *optional*): The encoder input (passed by `generate()`).
         token_streamer (`BaseStreamer`, *optional*): A streamer (`TextStreamer`, `TextIteratorStreamer`) that
             receives the tokens as they are accepted, batch size 1. transformers drops `generate(streamer=...)`

@@ -67,12 +67,12 @@ class SpeculativeLoopConfig:
     tau: float
     max_length: int
     pad_token_id: int
-    vocab_size: int
     eos_token_ids: torch.LongTensor | None
     do_sample: bool = False
     output_scores: bool = False
     output_logits: bool = False
     confidence_threshold: float | None = None
+    vocab_size: int | None = None  # the verifier's; None: read from its config
 
 
 @dataclass
@@ -128,6 +128,7 @@ def run_speculative_loop(
     recorded = [[] for _ in range(batch_size)] if record else None
     simple_stopping = all(isinstance(c, (MaxLengthCriteria, EosTokenCriteria)) for c in stopping_criteria)
     position_limit = getattr(verifier.config, "max_position_embeddings", None)
+    vocab_size = config.vocab_size or verifier.config.get_text_config(decoder=True).vocab_size
     # EAGLE-style drafters read the verifier's decoder states: position p holds the state after reading token p;
     # the buffer's rows are the active rows, in order (compacted when rows finish, like the cache)
     state_layers = getattr(drafter, "verifier_state_layers", None)
@@ -163,9 +164,10 @@ def run_speculative_loop(
             stats.drafter_calls += 1
             stats.proposed_tokens += k * len(active)
             if config.do_sample:
-                drafts, proposal_q = _sample_proposal(proposal, drafts, committed, logits_processor, config.vocab_size)
-            # the confidence is the drafter's own, computed before the loop draws any sample: cutting on it keeps
-            # greedy output and the sampling distribution exactly as they are
+                drafts, proposal_q = _sample_proposal(proposal, drafts, committed, logits_processor, vocab_size)
+            # the confidence is the drafter's own (its draft_confidence, or derived from its logits at its own
+            # draft_ids), whatever the loop sampled: cutting on it keeps greedy output and the sampling distribution
+            # exactly as they are
             confidence = None if config.confidence_threshold is None else proposal.confidence()
             if confidence is not None:
                 verify_counts = confident_draft_counts(confidence[:, :k].to(device), config.confidence_threshold)

@@ -7,7 +7,7 @@ import torch
 from conftest import VOCAB_SIZE, build_verifier, make_source_batch
 from oracle_drafters import ConfidentOracleDrafter
 
-from specdec_hf import speculative_generate
+from specdec_hf import SpecDrafterModel, speculative_generate
 from specdec_hf.drafting import DraftProposal
 from specdec_hf.generation.speculative_loop import confident_draft_counts
 
@@ -31,7 +31,35 @@ def test_proposal_confidence_from_logits():
     # a reduced head over verifier ids [7, 3, 5]: id 3 is its column 1; id 4 lies outside the head (probability 0)
     reduced = DraftProposal(torch.tensor([[3, 4]]), logits, None, draft_vocab_ids=torch.tensor([7, 3, 5]))
     torch.testing.assert_close(reduced.confidence(), torch.tensor([[0.3, 0.0]]))
+    # ids beyond the head's largest id, draft_ids wider than the logits, half-precision logits
+    wide = DraftProposal(torch.tensor([[9, 5, 3]]), logits.bfloat16(), None, draft_vocab_ids=torch.tensor([7, 3, 5]))
+    torch.testing.assert_close(wide.confidence(), torch.tensor([[0.0, 0.8]]), atol=1e-2, rtol=0)
     assert DraftProposal(torch.tensor([[1, 2]]), None, None).confidence() is None
+
+
+@pytest.mark.parametrize("reduced_head", [False, True], ids=["full_head", "reduced_head"])
+def test_spec_drafter_confidence_truncates_and_keeps_greedy(reduced_head):
+    """The Spec-Drafter reports no confidence of its own: the loop derives it from its logits and truncates."""
+    model = build_verifier("bart")
+    inputs = make_source_batch(4, seed=3, pad_token_id=model.config.pad_token_id)
+    reference = model.generate(**inputs, **GREEDY, max_new_tokens=16)
+    head = dict(draft_vocab_ids=list(range(3, 60))) if reduced_head else {}
+    drafter = SpecDrafterModel.from_verifier(model, block_size=4, decoder_layers=1, **head).eval()
+    output = model.generate(
+        **inputs,
+        **GREEDY,
+        max_new_tokens=16,
+        custom_generate=speculative_generate,
+        return_dict_in_generate=True,
+        drafter=drafter,
+        # an untrained drafter is nearly uniform over the vocabulary: its running confidence falls below this
+        # after the first draft, so every iteration verifies exactly one
+        draft_confidence_threshold=0.5,
+    )
+    assert torch.equal(output.sequences, reference)
+    stats = output.speculative_stats
+    assert stats.drafted_at_position[1:] == [0, 0, 0]
+    assert 0 < sum(stats.drafted_tokens) < stats.proposed_tokens
 
 
 @pytest.mark.parametrize("processors", [False, True], ids=["all_positions_at_once", "per_position"])
