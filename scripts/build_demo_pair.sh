@@ -31,12 +31,15 @@ $PY scripts/export_demo_pair.py --verifier runs/demo_verifier/best --drafter run
   --assistant runs/demo_assistant/checkpoint-last --output_dir models/demo-en-de
 
 # 6. the shipped drafter (third design, trained from scratch): the shipped verifier's outputs on all training
-#    sources, then every split point per step, soft labels, the verifier's decoder states and a 4,096-token head
-#    (configs/train/debian_en_de_eagle.yaml; one thread, resumable), shipped in place of the earlier drafters
+#    sources, then every split point per step, the verifier's decoder states and a 4,096-token head
+#    (configs/train/debian_en_de_eagle.yaml, resumable), in three phases: soft labels to step 1,800, none from there,
+#    the learning rate decaying linearly to 0 over steps 4,400-6,000; shipped in place of the earlier drafters
 #    (its own directory: the one above holds the outputs of runs/demo_verifier/best in float32)
 $PY -m specdec_hf.distillation --config configs/data/debian_en_de.yaml --verifier models/demo-en-de/verifier \
   --split train --batch_size 64 --max_new_tokens 96 --output_dir data/distilled/debian_en_de_shipped/train
-resume=""; ls -d runs/drafter_debian_en_de_eagle/checkpoint-* >/dev/null 2>&1 && resume="--resume_from_checkpoint latest"
-$PY train_drafter.py --config configs/train/debian_en_de_eagle.yaml \
-  --train_data data/distilled/debian_en_de_shipped/train ${DRAFTER_MAX_STEPS:+--max_steps $DRAFTER_MAX_STEPS} $resume
+drafter=(train_drafter.py --config configs/train/debian_en_de_eagle.yaml --train_data data/distilled/debian_en_de_shipped/train)
+resume() { ls -d runs/drafter_debian_en_de_eagle/checkpoint-* >/dev/null 2>&1 && echo "--resume_from_checkpoint latest"; }
+$PY "${drafter[@]}" $(resume)
+$PY "${drafter[@]}" --soft_label_weight 0 --max_steps 4400 --num_threads 2 $(resume)
+$PY "${drafter[@]}" --soft_label_weight 0 --max_steps 6000 --lr_scheduler_type linear --num_threads 2 $(resume)
 $PY scripts/export_demo_pair.py --drafter runs/drafter_debian_en_de_eagle --output_dir models/demo-en-de
