@@ -19,9 +19,11 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 # the main job: the offline en->de pair shipped in models/demo-en-de on 100 of its held-out rows, side by side with
-# greedy, beam search and HF assisted generation, timed interleaved over 3 repeats (results in outputs/demo_en_de/)
+# greedy, beam search and HF assisted generation, timed interleaved over 3 repeats (results in outputs/demo_en_de/);
+# then greedy and speculative decoding again with the verifier in bfloat16 (outputs/demo_en_de_bf16/)
 demo: setup
 	$(PY) evaluate.py --config configs/eval/demo_en_de.yaml
+	$(PY) evaluate.py --config configs/eval/demo_en_de_bf16.yaml
 
 # the same on all 200 held-out rows, 5 repeats, a wider batch-size sweep (about three times as long)
 demo-full: setup
