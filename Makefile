@@ -25,7 +25,7 @@ demo: setup
 	$(PY) evaluate.py --config configs/eval/demo_en_de.yaml
 	$(PY) evaluate.py --config configs/eval/demo_en_de_bf16.yaml
 
-# the same on all 200 held-out rows, 5 repeats, a wider batch-size sweep (about three times as long)
+# the float32 pass on all 200 held-out rows, 5 repeats, a wider batch-size sweep (about three times as long as that pass)
 demo-full: setup
 	$(PY) evaluate.py --config configs/eval/demo_en_de_full.yaml
 

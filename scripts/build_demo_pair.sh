@@ -33,13 +33,23 @@ $PY scripts/export_demo_pair.py --verifier runs/demo_verifier/best --drafter run
 # 6. the shipped drafter (third design, trained from scratch): the shipped verifier's outputs on all training
 #    sources, then every split point per step, the verifier's decoder states and a 4,096-token head
 #    (configs/train/debian_en_de_eagle.yaml, resumable), in three phases: soft labels to step 1,800, none from there,
-#    the learning rate decaying linearly to 0 over steps 4,400-6,000; shipped in place of the earlier drafters
-#    (its own directory: the one above holds the outputs of runs/demo_verifier/best in float32)
+#    a linear schedule over steps 4,400-6,000 (restarting above the rate reached, decaying to 0); shipped in place of
+#    the earlier drafters (its own directory: the one above holds the outputs of runs/demo_verifier/best in float32)
 $PY -m specdec_hf.distillation --config configs/data/debian_en_de.yaml --verifier models/demo-en-de/verifier \
   --split train --batch_size 64 --max_new_tokens 96 --output_dir data/distilled/debian_en_de_shipped/train
+run=runs/drafter_debian_en_de_eagle
 drafter=(train_drafter.py --config configs/train/debian_en_de_eagle.yaml --train_data data/distilled/debian_en_de_shipped/train)
-resume() { ls -d runs/drafter_debian_en_de_eagle/checkpoint-* >/dev/null 2>&1 && echo "--resume_from_checkpoint latest"; }
-$PY "${drafter[@]}" $(resume)
-$PY "${drafter[@]}" --soft_label_weight 0 --max_steps 4400 --num_threads 2 $(resume)
-$PY "${drafter[@]}" --soft_label_weight 0 --max_steps 6000 --lr_scheduler_type linear --num_threads 2 $(resume)
+# the last complete checkpoint's step (0 without one): a phase already reached is skipped, so that a rerun of this
+# script neither repeats it nor overwrites the trained drafter's evaluation with an empty one
+reached() { { ls "$run"/checkpoint-*/training_state.json 2>/dev/null || true; } | sed 's|.*/checkpoint-\([0-9]*\)/.*|\1|' | sort -n | tail -1; }
+phase() {  # phase <last step> <arguments...>
+  local target=$1; shift
+  local step; step=$(reached); step=${step:-0}
+  if [ "$step" -ge "$target" ]; then return; fi
+  if [ "$step" -gt 0 ]; then set -- "$@" --resume_from_checkpoint latest; fi
+  $PY "${drafter[@]}" --max_steps "$target" "$@"
+}
+phase 1800
+phase 4400 --soft_label_weight 0 --num_threads 2
+phase 6000 --soft_label_weight 0 --lr_scheduler_type linear --num_threads 2
 $PY scripts/export_demo_pair.py --drafter runs/drafter_debian_en_de_eagle --output_dir models/demo-en-de
