@@ -8,8 +8,10 @@ drift over minutes then hits both alike, and ratios are taken per repeat.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import platform
+import random
 import shlex
 import sys
 import time
@@ -21,7 +23,7 @@ import transformers
 from specdec_hf.evaluation.interleaved import format_spread, spread
 from specdec_hf.evaluation.machine import cpu_model, load_average
 
-__all__ = ["TimedCall", "print_header", "with_range"]
+__all__ = ["TimedCall", "print_header", "read_sources", "with_range"]
 
 
 def print_header(repeats: int) -> None:
@@ -69,3 +71,20 @@ class TimedCall:
             return self.function(*args, **kwargs)
         finally:
             self.total += time.perf_counter() - start
+
+
+def read_sources(path, tokenizer, limit: int, seed: int | None = None) -> list:
+    """Tokenised English sources (`translation.en`) of a JSON-lines file, one batch of one per row.
+
+    Args:
+        path: The file (e.g. `models/demo-en-de/heldout_test.jsonl`).
+        tokenizer: The verifier's tokenizer.
+        limit (`int`): Rows to read: the first `limit`, or with `seed` a random sample of that many, in file order.
+        seed (`int`, *optional*): Draw the sample with this seed.
+    """
+    with open(path, encoding="utf-8") as handle:
+        lines = handle.read().splitlines()
+    rows = (
+        range(min(limit, len(lines))) if seed is None else sorted(random.Random(seed).sample(range(len(lines)), limit))
+    )
+    return [tokenizer(json.loads(lines[row])["translation"]["en"], return_tensors="pt") for row in rows]

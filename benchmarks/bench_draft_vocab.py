@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
-import random
 
 import torch
-from _common import print_header, with_range
+from _common import print_header, read_sources, with_range
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from specdec_hf import SpecDrafterModel, speculative_generate
@@ -63,10 +61,7 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(args.verifier)
     drafter = SpecDrafterModel.from_pretrained(args.drafter, dtype=torch.float32).eval()
     variants = {f"head {size}": cut_head(drafter, size).to(getattr(torch, args.drafter_dtype)) for size in args.sizes}
-    lines = open(args.data, encoding="utf-8").read().splitlines()
-    rows = sorted(random.Random(args.seed).sample(range(len(lines)), args.limit))
-    sources = [json.loads(lines[row])["translation"]["en"] for row in rows]
-    inputs = [tokenizer(source, return_tensors="pt") for source in sources]
+    inputs = read_sources(args.data, tokenizer, args.limit, seed=args.seed)
     plain = dict(do_sample=False, num_beams=1, max_new_tokens=args.max_new_tokens)
     speculative = dict(custom_generate=speculative_generate, block_size=args.block_size)
     if args.threshold is not None:

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import statistics
 import time
 from dataclasses import replace
 
 import torch
-from _common import print_header, with_range
+from _common import print_header, read_sources, with_range
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DynamicCache, EncoderDecoderCache
 
 from specdec_hf import SpecDrafterModel, speculative_generate
@@ -166,9 +165,7 @@ def main() -> None:
     verifier.generation_config.max_length = None  # max_new_tokens is passed; a stored max_length would only warn
     drafter = SpecDrafterModel.from_pretrained(args.drafter, dtype=getattr(torch, args.drafter_dtype)).eval()
     tokenizer = AutoTokenizer.from_pretrained(args.verifier)
-    with open(args.data) as handle:
-        rows = [json.loads(line) for line in handle][: args.limit]
-    sources = [tokenizer([row["translation"]["en"]], return_tensors="pt") for row in rows]
+    sources = read_sources(args.data, tokenizer, args.limit)
 
     parts = split_runs(verifier, drafter, sources, args.block_size, args.repeats)
     greedy_tokens = statistics.median(parts["greedy"]["tokens"])

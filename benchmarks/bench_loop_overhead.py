@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -24,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from oracle_drafters import OracleDrafter  # noqa: E402
 
 from specdec_hf import speculative_generate  # noqa: E402
+from specdec_hf.evaluation import ModuleTimer  # noqa: E402
 from specdec_hf.evaluation.interleaved import paired_speedups, time_interleaved  # noqa: E402
 
 CPU = torch.device("cpu")
@@ -53,23 +53,6 @@ SHAPES = {
 }
 
 
-class ForwardTimer:
-    """Accumulates wall time spent inside a module's forward (pre/post hooks)."""
-
-    def __init__(self, module: torch.nn.Module):
-        self.total = 0.0
-        self.calls = 0
-        module.register_forward_pre_hook(self._start)
-        module.register_forward_hook(self._stop)
-
-    def _start(self, module, args):
-        self._t0 = time.perf_counter()
-
-    def _stop(self, module, args, output):
-        self.total += time.perf_counter() - self._t0
-        self.calls += 1
-
-
 def build(shape: str) -> BartForConditionalGeneration:
     """A random BART verifier of `shape` that never stops early (no EOS), so every run emits the same length."""
     torch.manual_seed(0)
@@ -89,26 +72,27 @@ def bench(shape: str, block_size: int, new_tokens: int, repeats: int) -> dict:
     drafter = OracleDrafter(reference, model.config.vocab_size, block_size, "right")
     drafter.propose = TimedCall(drafter.propose)
     loop = TimedCall(speculative_generate)
-    timer = ForwardTimer(model)
+    timer = ModuleTimer([model], CPU)  # the verifier's forwards: generate() calls its encoder on its own
     loop_shares, tokens_per_iteration = [], []
 
     def greedy(group: int) -> None:
         model.generate(**inputs, **greedy_kwargs)
 
     def speculative(group: int) -> None:
-        timer.total, loop.total, drafter.propose.total = 0.0, 0.0, 0.0
+        timer.total_s, loop.total, drafter.propose.total = 0.0, 0.0, 0.0
         out = model.generate(
             **inputs, **greedy_kwargs, custom_generate=loop, drafter=drafter, return_dict_in_generate=True
         )
         # the loop's own work: its wall time minus the verifier's decoder forwards and the drafter's calls
-        loop_shares.append((loop.total - timer.total - drafter.propose.total) / loop.total)
+        loop_shares.append((loop.total - timer.total_s - drafter.propose.total) / loop.total)
         tokens_per_iteration.append(out.speculative_stats.tokens_per_iteration)
         assert torch.equal(out.sequences, reference), "speculative output differs from greedy"
 
     runners = {"greedy": greedy, "speculative": speculative}
-    time_interleaved(runners, num_groups=1, repeats=1, device=CPU, desc="warm-up")
-    loop_shares.clear()
-    times = time_interleaved(runners, num_groups=1, repeats=repeats, device=CPU, desc=f"{shape} k={block_size}")
+    with timer:
+        time_interleaved(runners, num_groups=1, repeats=1, device=CPU, desc="warm-up")
+        loop_shares.clear()
+        times = time_interleaved(runners, num_groups=1, repeats=repeats, device=CPU, desc=f"{shape} k={block_size}")
     return {
         "shape": shape,
         "k": block_size,

@@ -11,12 +11,11 @@ of the ratio of the two totals of a pass, with its min–max.
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from _common import print_header, with_range
+from _common import print_header, read_sources, with_range
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from specdec_hf import SpecDrafterModel, speculative_generate
@@ -56,8 +55,7 @@ def main() -> None:
     verifier = AutoModelForSeq2SeqLM.from_pretrained(args.model_dir / "verifier", dtype=torch.float32).eval()
     tokenizer = AutoTokenizer.from_pretrained(args.model_dir / "verifier")
     drafter = SpecDrafterModel.from_pretrained(args.model_dir / "drafter", dtype=torch.float32).eval()
-    lines = (args.model_dir / "heldout_test.jsonl").read_text(encoding="utf-8").splitlines()[: args.limit]
-    sources = [tokenizer(json.loads(line)["translation"]["en"], return_tensors="pt") for line in lines]
+    sources = read_sources(args.model_dir / "heldout_test.jsonl", tokenizer, args.limit)
     sampling = dict(do_sample=True, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     speculative = dict(custom_generate=speculative_generate, drafter=drafter, block_size=args.block_size)
 
