@@ -94,7 +94,8 @@ def speculative_generate(
             "`drafter` is required for speculative decoding: pass `drafter=SpecDrafterModel.from_pretrained(...)`."
         )
     # read once: get_text_config deep-copies the config (about 0.4 ms on CPU, a sizeable share of a short call)
-    vocab_size = model.config.get_text_config(decoder=True).vocab_size
+    decoder_config = model.config.get_text_config(decoder=True)
+    vocab_size = decoder_config.vocab_size
     validate_drafter(drafter, vocab_size)
     block_size = drafter.block_size if block_size is None else block_size
     validate_acceptance_arguments(beta, tau, block_size)
@@ -128,7 +129,7 @@ def speculative_generate(
 
     encoder_outputs = model_kwargs["encoder_outputs"]
     attention_mask = model_kwargs.get("attention_mask")
-    cache = _fresh_or_checked_cache(model_kwargs.get("cache"), model)
+    cache = _fresh_or_checked_cache(model_kwargs.get("cache"), decoder_config)
     source_ids = _source_ids(inputs_tensor, input_ids.shape[0])
     drafter_state = drafter.init_drafting_state(
         input_ids=source_ids, attention_mask=attention_mask, encoder_hidden_states=encoder_outputs.last_hidden_state
@@ -251,10 +252,9 @@ def _check_generation_mode(
         )
 
 
-def _fresh_or_checked_cache(cache, model) -> EncoderDecoderCache:
+def _fresh_or_checked_cache(cache, decoder_config) -> EncoderDecoderCache:
     """The verifier's cache: the one `generate()` prepared if it can be cropped, else a new dynamic one."""
     if cache is None:
-        decoder_config = model.config.get_text_config(decoder=True)
         return EncoderDecoderCache(DynamicCache(config=decoder_config), DynamicCache(config=decoder_config))
     if not (
         isinstance(cache, EncoderDecoderCache)

@@ -67,12 +67,12 @@ class SpeculativeLoopConfig:
     tau: float
     max_length: int
     pad_token_id: int
+    vocab_size: int  # the verifier's, read once per generate() call
     eos_token_ids: torch.LongTensor | None
     do_sample: bool = False
     output_scores: bool = False
     output_logits: bool = False
     confidence_threshold: float | None = None
-    vocab_size: int | None = None  # the verifier's; None: read from its config
 
 
 @dataclass
@@ -128,7 +128,6 @@ def run_speculative_loop(
     recorded = [[] for _ in range(batch_size)] if record else None
     simple_stopping = all(isinstance(c, (MaxLengthCriteria, EosTokenCriteria)) for c in stopping_criteria)
     position_limit = getattr(verifier.config, "max_position_embeddings", None)
-    vocab_size = config.vocab_size or verifier.config.get_text_config(decoder=True).vocab_size
     # EAGLE-style drafters read the verifier's decoder states: position p holds the state after reading token p;
     # the buffer's rows are the active rows, in order (compacted when rows finish, like the cache)
     state_layers = getattr(drafter, "verifier_state_layers", None)
@@ -164,7 +163,7 @@ def run_speculative_loop(
             stats.drafter_calls += 1
             stats.proposed_tokens += k * len(active)
             if config.do_sample:
-                drafts, proposal_q = _sample_proposal(proposal, drafts, committed, logits_processor, vocab_size)
+                drafts, proposal_q = _sample_proposal(proposal, drafts, committed, logits_processor, config.vocab_size)
             # the confidence is the drafter's own (its draft_confidence, or derived from its logits at its own
             # draft_ids), whatever the loop sampled: cutting on it keeps greedy output and the sampling distribution
             # exactly as they are
@@ -314,11 +313,14 @@ def _record_verifier_states(
     Returns:
         `torch.FloatTensor` of shape `(active_rows, max_positions, feature_width)`: the buffer of the active rows.
     """
-    new_states = torch.cat([hidden_states[index] for index in layers], dim=-1)  # (rows, width, feature_width)
+    first = hidden_states[layers[0]]  # (rows, width, hidden_size): every layer is written straight into its slice
+    rows, fed, hidden_size = first.shape
     if prefix_states is None:
-        prefix_states = new_states.new_zeros(new_states.shape[0], max_positions, new_states.shape[-1])
-    width = min(new_states.shape[1], max_positions - cache_length)
-    prefix_states[:, cache_length : cache_length + width] = new_states[:, :width]
+        prefix_states = first.new_zeros(rows, max_positions, hidden_size * len(layers))
+    width = min(fed, max_positions - cache_length)
+    for slot, index in enumerate(layers):
+        features = slice(slot * hidden_size, (slot + 1) * hidden_size)
+        prefix_states[:, cache_length : cache_length + width, features] = hidden_states[index][:, :width]
     return prefix_states
 
 
@@ -424,9 +426,10 @@ def _judge_per_position(
 ) -> tuple[torch.FloatTensor, torch.LongTensor, torch.LongTensor]:
     """Judge the drafts position by position, each position's scores processed with its exact prefix.
 
-    `rule` is one acceptance mode (`_GreedyRule` or `_SamplingRule`): `rule.judge(processed, draft, rows, position)`
-    says which running rows accept their draft and what each emits where it stops; `rule.fresh(processed)` is the
-    token plain decoding would emit (after the last draft, or where a row's length budget ends).
+    `rule` is one acceptance mode (`_GreedyRule` or `_SamplingRule`): `rule.prepare(processed)` is what it reads of
+    a position's scores (computed once per position), `rule.judge(prepared, draft, rows, position)` says which
+    running rows accept their draft and what each emits where it stops, and `rule.fresh(prepared)` is the token plain
+    decoding would emit (after the last draft, or where a row's length budget ends).
 
     Returns the processed scores `(rows, k + 1, vocab)` (zeros where a row had already stopped), the tokens to
     append `(rows, k + 1)` and the number of accepted drafts per row.
@@ -442,15 +445,16 @@ def _judge_per_position(
             logits_processor, prefixes, lengths + position, running, logits[running, position]
         )
         scores[running, position] = processed
+        prepared = rule.prepare(processed)
         if position == k:
-            new_tokens[running, position] = rule.fresh(processed)
+            new_tokens[running, position] = rule.fresh(prepared)
             break
         draft = drafts[running, position]
-        accepted, stop_token = rule.judge(processed, draft, running, position)
+        accepted, stop_token = rule.judge(prepared, draft, running, position)
         in_budget = budgets[running] > position
         if not bool(in_budget.all()):
             # the length budget, not the rule, ends these rows: emit what plain decoding would emit here
-            stop_token = torch.where(in_budget, stop_token, rule.fresh(processed))
+            stop_token = torch.where(in_budget, stop_token, rule.fresh(prepared))
             accepted &= in_budget
         new_tokens[running, position] = torch.where(accepted, draft, stop_token)
         num_accepted[running[accepted]] += 1
@@ -467,11 +471,14 @@ class _GreedyRule:
     beta: int
     tau: float
 
-    def judge(self, processed, draft, rows, position):
-        return accept_drafts(processed, draft, self.beta, self.tau), processed.argmax(dim=-1)
+    def prepare(self, processed):
+        return processed  # the rule reads the processed scores themselves
 
-    def fresh(self, processed):
-        return processed.argmax(dim=-1)
+    def judge(self, scores, draft, rows, position):
+        return accept_drafts(scores, draft, self.beta, self.tau), scores.argmax(dim=-1)
+
+    def fresh(self, scores):
+        return scores.argmax(dim=-1)
 
 
 @dataclass
@@ -480,11 +487,14 @@ class _SamplingRule:
 
     proposal_q: torch.FloatTensor  # (rows, k, vocab)
 
-    def judge(self, processed, draft, rows, position):
-        return speculative_sampling_step(torch.softmax(processed, dim=-1), self.proposal_q[rows, position], draft)
+    def prepare(self, processed):
+        return torch.softmax(processed, dim=-1)  # p, once per position
 
-    def fresh(self, processed):
-        return torch.multinomial(torch.softmax(processed, dim=-1), 1).squeeze(1)
+    def judge(self, p, draft, rows, position):
+        return speculative_sampling_step(p, self.proposal_q[rows, position], draft)
+
+    def fresh(self, p):
+        return torch.multinomial(p, 1).squeeze(1)
 
 
 def _process_by_length(
