@@ -102,9 +102,9 @@ def build_drafter(args: DrafterTrainingArguments, verifier, train: datasets.Data
                 "`draft_vocab_size` and `drafter_name_or_path`."
             )
         drafter = SpecDrafterModel.from_pretrained(args.drafter_name_or_path, dtype=torch.float32)
-        if args.drafter_config or args.block_size != drafter.block_size:
+        if args.drafter_config or args.block_size != drafter.config.block_size:
             raise ValueError(
-                f"drafter_name_or_path continues a drafter with block_size {drafter.block_size} and its own config: "
+                f"drafter_name_or_path continues a drafter with block_size {drafter.config.block_size} and its own config: "
                 "drop `drafter_config` and set `block_size` to match (or drop drafter_name_or_path to build anew)."
             )
         if drafter.vocab_size != verifier.config.vocab_size:
@@ -207,6 +207,7 @@ def training_function(args: DrafterTrainingArguments) -> dict:
         desc="train",
     )
     metrics: dict = {}
+    first_step = state["step"]
     window_loss, window_tokens, window_start = 0.0, 0, time.perf_counter()
     # from_verifier / from_pretrained return eval mode: dropout must be on from the first step (and after a resume)
     drafter.train()
@@ -259,6 +260,10 @@ def training_function(args: DrafterTrainingArguments) -> dict:
             state["epoch"] += 1
             state["batches_in_epoch"] = 0
     progress.close()
+    if state["step"] == first_step:
+        # resumed at or past max_steps: no step ran, so evaluate the weights about to be saved rather than write an
+        # empty eval_results.json and model card over the finished run's
+        metrics = _evaluate(accelerator, verifier, drafter, eval_examples, args, state["step"])
 
     _save_final(accelerator, drafter, args, state["step"], metrics)
     accelerator.end_training()
@@ -295,7 +300,7 @@ def _save_final(accelerator, drafter, args: DrafterTrainingArguments, steps: int
         args.dataset_description,
         steps,
         metrics,
-        objective=args.loss_settings().describe(model.block_size),
+        objective=args.loss_settings().describe(model.config.block_size),
     )
     logger.info(f"saved the drafter to {args.output_dir}")
     if args.push_to_hub:

@@ -93,10 +93,18 @@ def export_seq2seq(source: Path, target: Path, dtype: torch.dtype, card: str, te
     return values
 
 
-def export_drafter(source: Path, target: Path, dtype: torch.dtype, verifier_path: str) -> None:
-    """Save the drafter in `dtype`, pointing its config at the shipped verifier, with its training model card."""
+def export_drafter(
+    source: Path, target: Path, dtype: torch.dtype, verifier_path: str, default_block_size: int | None = None
+) -> None:
+    """Save the drafter in `dtype`, pointing its config at the shipped verifier, with its training model card.
+
+    `default_block_size` (the k generate() drafts when given none) is set when given, else kept as trained."""
     drafter = SpecDrafterModel.from_pretrained(source, dtype=torch.float32)
     drafter.config.verifier_name_or_path = verifier_path
+    if default_block_size is not None:  # rebuilt through the config class, which checks it against block_size
+        drafter.config = type(drafter.config).from_dict(
+            {**drafter.config.to_dict(), "default_block_size": default_block_size}
+        )
     drafter.to(dtype).save_pretrained(target, safe_serialization=True)
     for name in ("README.md", "eval_results.json"):
         if (source / name).exists():
@@ -122,6 +130,9 @@ def main() -> None:
     parser.add_argument("--heldout_rows", type=int, default=200)
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float16")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--default_block_size", type=int, default=None, help="The drafter's k when generate() is given none."
+    )
     parser.add_argument("--test_results", type=str, default="", help="A line of measured test figures for the card.")
     args = parser.parse_args()
     dtype = DTYPES[args.dtype]
@@ -132,7 +143,7 @@ def main() -> None:
         export_heldout(args.heldout, out / "heldout_test.jsonl", args.heldout_rows, args.seed)
         (out / "NOTICE.md").write_text(NOTICE)
         print(f"verifier: {values['params']:.1f}M parameters")
-    export_drafter(args.drafter, out / "drafter", dtype, str(out / "verifier"))
+    export_drafter(args.drafter, out / "drafter", dtype, str(out / "verifier"), args.default_block_size)
     if args.assistant is not None:
         export_seq2seq(args.assistant, out / "assistant", dtype, ASSISTANT_CARD)
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file()) / 2**20

@@ -110,6 +110,17 @@ def test_resumed_run_equals_uninterrupted_run(workspace, group_by_length, monkey
         torch.testing.assert_close(resumed[name], straight[name], rtol=0, atol=0, msg=name)
 
 
+def test_resuming_a_finished_run_keeps_its_evaluation(workspace):
+    """A resume with nothing left to do re-evaluates the saved weights instead of writing empty results."""
+    config = write_config(workspace, "finished", max_steps=3)
+    first = train_drafter.main(["--config", str(config)])
+    again = train_drafter.main(["--config", str(config), "--resume_from_checkpoint", "latest"])
+    saved = json.loads((workspace / "finished" / "eval_results.json").read_text())
+    assert saved["step"] == 3 and saved["tokens_per_iteration"] == again["tokens_per_iteration"]
+    assert again["tokens_per_iteration"] == pytest.approx(first["tokens_per_iteration"])
+    assert "not measured" not in (workspace / "finished" / "README.md").read_text()
+
+
 def test_trained_drafter_beats_untrained(workspace):
     metrics = train_drafter.main(["--config", str(write_config(workspace, "longer", max_steps=80, eval_steps=80))])
     verifier = AutoModelForSeq2SeqLM.from_pretrained(workspace / "verifier").eval()

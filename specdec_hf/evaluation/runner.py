@@ -265,7 +265,12 @@ def run_evaluation(args: EvaluationArguments, data_args: DataArguments) -> dict[
             "verifier_model_type": verifier.config.model_type,
             "tokenizer": args.tokenizer_name_or_path or args.verifier_name_or_path,
             "drafters": [
-                {"path": path, "block_size": d.block_size, "parameter_bytes": parameter_bytes(d)}
+                {
+                    "path": path,
+                    "block_size": d.block_size,
+                    "max_block_size": getattr(d, "max_block_size", None),
+                    "parameter_bytes": parameter_bytes(d),
+                }
                 for path, d in zip(args.drafters, models.drafters, strict=True)
             ],
             "assistant_model": args.assistant_model if models.assistant is not None else None,

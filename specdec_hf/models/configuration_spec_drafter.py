@@ -53,7 +53,12 @@ class SpecDrafterConfig(PretrainedConfig):
         scale_embedding (`bool`, *optional*, defaults to `False`):
             Whether token embeddings fed to the decoder (and to the own encoder) are scaled by `sqrt(d_model)`.
         block_size (`int`, *optional*, defaults to 10):
-            Number of tokens drafted per call (k), i.e. number of mask slots, each with its own learned query.
+            Number of mask slots, each with its own learned query: the most tokens one call can draft (k), and the
+            k it is trained with.
+        default_block_size (`int`, *optional*):
+            The k `generate()` drafts when given no `block_size`, at most `block_size`. A drafter trained with many
+            slots often pays best drafting fewer (later drafts are rarely accepted, and each costs verification):
+            set it to the k measured fastest. `None` (default) means `block_size`.
         prefix_attention (`str`, *optional*, defaults to `"bidirectional"`):
             How the decoder's prefix tokens attend to each other. `"bidirectional"` (the paper): prefix tokens and
             masks attend to each other both ways and the whole prefix is re-read at every call. `"causal"`: prefix
@@ -131,6 +136,7 @@ class SpecDrafterConfig(PretrainedConfig):
     layer_norm_eps: float = 1e-5
     scale_embedding: bool = False
     block_size: int = 10
+    default_block_size: int | None = None
     prefix_attention: str = "bidirectional"
     use_verifier_encoder: bool = False
     verifier_d_model: int | None = None
@@ -169,6 +175,11 @@ class SpecDrafterConfig(PretrainedConfig):
                 )
         if self.block_size < 1:
             raise ValueError(f"`block_size` must be at least 1, got {self.block_size}.")
+        if self.default_block_size is not None and not 1 <= self.default_block_size <= self.block_size:
+            raise ValueError(
+                f"`default_block_size` must be between 1 and `block_size` ({self.block_size}), got "
+                f"{self.default_block_size}: it is the k drafted when generate() gets no `block_size`."
+            )
         if self.prefix_attention not in PREFIX_ATTENTION_TYPES:
             raise ValueError(
                 f"`prefix_attention` must be one of {PREFIX_ATTENTION_TYPES}, got {self.prefix_attention!r}."

@@ -617,8 +617,10 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel, Drafter):
 
     @property
     def block_size(self) -> int:
-        """Default number of tokens drafted per call (k); `propose` accepts any `1 <= k <= block_size`."""
-        return self.config.block_size
+        """The k `generate()` drafts when given no `block_size`: `config.default_block_size`, else
+        `config.block_size`; `propose` accepts any `1 <= k <= max_block_size`."""
+        default = self.config.default_block_size
+        return self.config.block_size if default is None else default
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.shared
@@ -845,12 +847,16 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel, Drafter):
 
         loss = None
         if labels is not None:
+            head_labels = self.to_draft_vocab(labels.reshape(-1).to(logits.device))
+            # a sum over the counted targets, not F.cross_entropy's mean: a batch whose targets all lie outside a
+            # reduced head gives 0 (nothing to learn), not NaN
             loss = F.cross_entropy(
                 logits.reshape(-1, logits.shape[-1]).float(),
-                self.to_draft_vocab(labels.reshape(-1).to(logits.device)),
+                head_labels,
                 ignore_index=-100,
                 label_smoothing=label_smoothing,
-            )
+                reduction="sum",
+            ) / (head_labels != -100).sum().clamp(min=1)
         return SpecDrafterOutput(loss=loss, logits=logits, encoder_last_hidden_state=encoder_hidden_states)
 
     # ----------------------------------------------------------------------------------------------------------

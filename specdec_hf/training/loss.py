@@ -154,7 +154,7 @@ def drafter_training_loss(
     """
     drafter = model if drafter is None else drafter
     pad = drafter.config.pad_token_id
-    block_size = drafter.block_size
+    block_size = drafter.config.block_size  # every mask slot is trained
     device = batch["input_ids"].device
     teacher = verifier_teacher_outputs(verifier, drafter, batch, soft_labels=settings.soft_label_weight > 0)
     inputs = dict(
@@ -197,17 +197,9 @@ def drafter_training_loss(
             predictions.flatten(0, -2).cpu(), labels.flatten(0, -2).cpu(), settings.glancing_ratio, generator
         )
         glance_ids, labels = glance_ids.view(predictions.shape).to(device), labels.view(predictions.shape).to(device)
-    logits = model(**inputs, glance_ids=glance_ids).logits.float()  # (..., k, head_size)
-
-    head_labels = drafter.to_draft_vocab(labels)
-    # a sum over the counted targets, not a mean: a batch whose targets all lie outside a reduced head gives 0, not NaN
-    loss = F.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]),
-        head_labels.reshape(-1),
-        ignore_index=-100,
-        label_smoothing=settings.label_smoothing,
-        reduction="sum",
-    ) / (head_labels != -100).sum().clamp(min=1)
+    # the label loss is the drafter's own (forward's `labels`), so training and `model(labels=...)` cannot drift
+    outputs = model(**inputs, glance_ids=glance_ids, labels=labels, label_smoothing=settings.label_smoothing)
+    loss = outputs.loss
     if settings.soft_label_weight > 0:
         teacher_index = (label_positions - 1).clamp(min=0, max=teacher.log_probs.shape[1] - 1)
         if settings.split_points == "all":
@@ -216,6 +208,7 @@ def drafter_training_loss(
             rows = torch.arange(teacher_index.shape[0], device=device)[:, None]
             teacher_log_probs = teacher.log_probs[rows, teacher_index]  # (B, k, head)
         valid = labels != -100
-        kl = F.kl_div(torch.log_softmax(logits, dim=-1), teacher_log_probs, log_target=True, reduction="none").sum(-1)
+        log_probs = torch.log_softmax(outputs.logits.float(), dim=-1)  # (..., k, head_size)
+        kl = F.kl_div(log_probs, teacher_log_probs, log_target=True, reduction="none").sum(-1)
         loss = loss + settings.soft_label_weight * (kl * valid).sum() / valid.sum().clamp(min=1)
     return loss, int((labels != -100).sum())

@@ -29,6 +29,27 @@ def test_untrained_spec_drafter_keeps_greedy_output(family, variant):
     assert torch.equal(output, reference)
 
 
+def test_default_block_size_sets_the_k_drafted_without_block_size(tmp_path):
+    """`config.default_block_size` is generate()'s k when none is given; an explicit `block_size` still overrides it
+    up to the drafter's slot count, and the setting survives save/load."""
+    model = build_verifier("bart")
+    torch.manual_seed(1)
+    drafter = SpecDrafterModel.from_verifier(
+        model, block_size=6, default_block_size=3, decoder_layers=1, prefix_attention="causal"
+    ).eval()
+    drafter.save_pretrained(tmp_path)
+    drafter = SpecDrafterModel.from_pretrained(tmp_path).eval()
+    assert (drafter.block_size, drafter.max_block_size) == (3, 6)
+    inputs = make_source_batch(2, pad_token_id=model.config.pad_token_id)
+    kwargs = dict(do_sample=False, max_new_tokens=12, custom_generate=speculative_generate, drafter=drafter)
+    reference = model.generate(**inputs, do_sample=False, max_new_tokens=12)
+    for block_size, expected_k in ((None, 3), (6, 6)):
+        extra = {} if block_size is None else {"block_size": block_size}
+        output = model.generate(**inputs, **kwargs, **extra, return_dict_in_generate=True)
+        assert torch.equal(output.sequences, reference)
+        assert len(output.speculative_stats.drafted_at_position) == expected_k
+
+
 def test_briefly_trained_drafter_accepts_more_than_one_token_per_iteration():
     model = build_verifier("bart")
     generator = torch.Generator().manual_seed(0)

@@ -140,6 +140,20 @@ def test_reduced_head_ignores_targets_outside_its_set():
     assert drafter.from_draft_vocab(torch.tensor([0, 2])).tolist() == [2, 20]
 
 
+def test_reduced_head_label_loss_is_the_mean_over_targets_in_its_set_and_zero_without_any():
+    """forward's `labels` loss averages over the targets the head can name; a batch with none gives 0, not NaN."""
+    drafter = tiny_drafter(draft_vocab_size=3, tie_word_embeddings=False)
+    drafter.draft_vocab_ids.copy_(torch.tensor([2, 10, 20]))
+    source = make_source_batch(1)
+    inputs = dict(**source, decoder_input_ids=torch.tensor([[0, 5]]), block_size=4)
+    logits = drafter(**inputs).logits
+    loss = drafter(**inputs, labels=torch.tensor([[10, 55, 2, -100]])).loss
+    expected = torch.nn.functional.cross_entropy(logits[0, [0, 2]], torch.tensor([1, 0]))
+    torch.testing.assert_close(loss, expected)
+    nothing = drafter(**inputs, labels=torch.tensor([[55, 56, -100, -100]])).loss
+    assert nothing.item() == 0.0
+
+
 def test_config_rejects_inconsistent_options():
     with pytest.raises(ValueError, match="tie_word_embeddings=False"):
         tiny_config(draft_vocab_size=10)
@@ -149,6 +163,8 @@ def test_config_rejects_inconsistent_options():
         tiny_config(prefix_feature_layers=[-1], prefix_attention="bidirectional")
     with pytest.raises(ValueError, match="at least one layer"):
         tiny_config(prefix_feature_layers=[])
+    with pytest.raises(ValueError, match="default_block_size"):
+        tiny_config(block_size=4, default_block_size=5)
 
 
 def test_from_verifier_rejects_encoder_layers_without_an_encoder():
