@@ -23,7 +23,7 @@ import torch
 from _common import print_header, read_sources, with_range
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DynamicCache, EncoderDecoderCache
 
-from specdec_hf import SpecDrafterModel, speculative_generate
+from specdec_hf import SpecDrafterModel, prepack_linear_layers, speculative_generate
 from specdec_hf.evaluation import ModuleTimer, TimedDrafter
 from specdec_hf.evaluation.interleaved import interleave, rotation
 
@@ -154,6 +154,9 @@ def main() -> None:
     parser.add_argument("--block_size", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument(
+        "--prepack_linear", action="store_true", help="Both models through specdec_hf.prepack_linear_layers."
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -164,6 +167,8 @@ def main() -> None:
     ).eval()
     verifier.generation_config.max_length = None  # max_new_tokens is passed; a stored max_length would only warn
     drafter = SpecDrafterModel.from_pretrained(args.drafter, dtype=getattr(torch, args.drafter_dtype)).eval()
+    if args.prepack_linear:
+        prepack_linear_layers(verifier), prepack_linear_layers(drafter)
     tokenizer = AutoTokenizer.from_pretrained(args.verifier)
     sources = read_sources(args.data, tokenizer, args.limit)
 
@@ -171,7 +176,8 @@ def main() -> None:
     greedy_tokens = statistics.median(parts["greedy"]["tokens"])
     greedy_per_token = [total / greedy_tokens for total in run_totals(parts["greedy"])]
     print(
-        f"\nverifier {args.verifier} ({args.dtype}, attention {verifier.config._attn_implementation}), drafter "
+        f"\nverifier {args.verifier} ({args.dtype}, attention {verifier.config._attn_implementation}"
+        f"{', linear layers prepacked' if args.prepack_linear else ''}), drafter "
         f"{args.drafter} ({args.drafter_dtype}), k={args.block_size}, batch 1, {len(sources)} sentences; "
         f"greedy costs {with_range(greedy_per_token, 2, 1e3)} ms per token"
     )

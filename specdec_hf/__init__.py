@@ -12,12 +12,14 @@ from .generation import (
     speculative_generate,
 )
 from .models import SpecDrafterConfig, SpecDrafterModel, SpecDrafterOutput
+from .prepacked_linear import PrepackedLinear, prepack_linear_layers
 
 __version__ = "0.1.0"
 
 __all__ = [
     "DraftProposal",
     "Drafter",
+    "PrepackedLinear",
     "SpecDrafterConfig",
     "SpecDrafterModel",
     "SpecDrafterOutput",
@@ -26,5 +28,6 @@ __all__ = [
     "accept_drafts",
     "count_accepted",
     "enable_speculative_decoding",
+    "prepack_linear_layers",
     "speculative_generate",
 ]

@@ -70,7 +70,8 @@ def test_main_job_bfloat16_pass_runs_on_a_few_held_out_rows(tmp_path, monkeypatc
     argv = ["--config", "configs/eval/demo_en_de_bf16.yaml", "--output_dir", str(tmp_path), "--limit", "4"]
     argv += ["--repeats", "1", "--disable_tqdm", "true"]
     data = run_evaluation(*parse_evaluation_arguments(argv))
-    assert data["config"]["evaluation"]["dtype"] == "bfloat16"
+    assert data["config"]["evaluation"]["dtype"] == "bfloat16" and data["config"]["evaluation"]["prepack_linear"]
+    assert "prepacked" in (tmp_path / "results.md").read_text()
     strategies = data["strategies"]
     assert "greedy" in strategies and any(name.startswith("spec_k4_b1") for name in strategies)
     for name in strategies:

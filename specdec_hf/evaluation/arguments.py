@@ -113,6 +113,13 @@ class EvaluationArguments:
             "Greedy and every other strategy run on the same model, so speed-ups compare like with like."
         },
     )
+    prepack_linear: bool = field(
+        default=False,
+        metadata={
+            "help": "CPU only: run the linear layers of every model on weights prepacked for oneDNN "
+            "(`specdec_hf.prepack_linear_layers`). Greedy and every other strategy run on the same prepacked models."
+        },
+    )
     num_threads: int | None = field(default=None, metadata={"help": "torch CPU threads (default: torch's)."})
     seed: int = field(default=0, metadata={"help": "Random seed (decoding itself is deterministic)."})
     disable_tqdm: bool = field(

@@ -8,6 +8,7 @@ import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from ..models import SpecDrafterModel
+from ..prepacked_linear import prepack_linear_layers
 from .arguments import EvaluationArguments
 
 __all__ = ["EvaluationModels", "load_models", "resolve_device"]
@@ -46,8 +47,12 @@ def load_models(args: EvaluationArguments, device: torch.device) -> EvaluationMo
     assistant = None
     if any(strategy.kind == "assisted" for strategy in args.resolved_strategies):
         assistant = AutoModelForSeq2SeqLM.from_pretrained(args.assistant_model, dtype=dtype, **attention)
+    if args.prepack_linear and device.type != "cpu":
+        raise ValueError(f"`prepack_linear` prepacks weights for oneDNN on CPU; the device is {device}: drop it.")
     for model in [verifier, *drafters] + ([assistant] if assistant is not None else []):
         model.to(device).eval().requires_grad_(False)
+        if args.prepack_linear:
+            prepack_linear_layers(model)
     for model in [verifier] + ([assistant] if assistant is not None else []):
         # every strategy passes `max_new_tokens`, which overrides a checkpoint's `max_length`; dropping it (on these
         # instances only) stops generate() from warning about the pair on every call

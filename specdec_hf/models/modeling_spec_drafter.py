@@ -736,8 +736,8 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel, Drafter):
         return None if attention_mask is None else attention_mask.bool()[:, None, None, :]
 
     def _logits(self, hidden_states: torch.Tensor) -> torch.FloatTensor:
-        # lm_head(hidden_states) + final_logits_bias, in one fused call
-        return F.linear(hidden_states, self.lm_head.weight, self.final_logits_bias[0])
+        # through the module (not F.linear on its weight), so that a replaced head, e.g. prepack_linear_layers', runs
+        return self.lm_head(hidden_states) + self.final_logits_bias
 
     # ----------------------------------------------------------------------------------------------------------
     # Training forward

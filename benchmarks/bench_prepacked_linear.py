@@ -1,0 +1,150 @@
+"""What `prepack_linear_layers` buys on CPU: single linear layers, then greedy and speculative decoding, both ways.
+
+First table: one linear layer of the demo pair's shapes (the verifier's 256 -> 256 attention, 256 -> 1024 and
+1024 -> 256 feed-forward, 256 -> 8,000 LM head; the drafter's 768 -> 256 state projection and 256 -> 4,096 head) over
+1, 2, 5 and 9 rows (a greedy step, a verification of k = 1, 4, 8), as `nn.Linear` and on the prepacked oneDNN path
+(forced, whatever `prepack_linear_layers`' float32 thresholds, which come from this table), per dtype, median of
+interleaved rounds. Second table: greedy `generate()` and speculative β=1 on the held-out sentences, with the
+plain models and with both models prepacked (separate instances of the same checkpoints), the four runs interleaved
+per sentence in a rotating order; each speed-up is taken within a repeat; identical outputs are counted.
+
+    python benchmarks/bench_prepacked_linear.py --dtype float32 --threads 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import statistics
+import time
+
+import torch
+from _common import print_header, read_sources, with_range
+from torch import nn
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+from specdec_hf import PrepackedLinear, SpecDrafterModel, prepack_linear_layers, speculative_generate
+from specdec_hf.evaluation.interleaved import interleave, paired_speedups, rotation
+
+SHAPES = ((256, 256), (256, 1024), (1024, 256), (256, 8000), (768, 256), (256, 4096))
+ROWS = (1, 2, 5, 9)
+
+
+def layer_table(dtype: torch.dtype, rounds: int, calls: int) -> None:
+    """Microseconds per call of `nn.Linear` and its `PrepackedLinear`, interleaved per round."""
+    print(f"\n| {str(dtype).removeprefix('torch.')} layer | " + " | ".join(f"{r} row(s)" for r in ROWS) + " |")
+    print("|---|" + "---|" * len(ROWS))
+    for in_features, out_features in SHAPES:
+        torch.manual_seed(0)
+        plain = nn.Linear(in_features, out_features).to(dtype)
+        # always on the oneDNN path, whatever the float32 thresholds: this table is where they come from
+        packed = PrepackedLinear.from_linear(plain, float32_min_rows=1, float32_min_weights=0)
+        cells = []
+        for rows in ROWS:
+            inputs = torch.randn(1, rows, in_features).to(dtype)
+            samples = {"plain": [], "prepacked": []}
+            with torch.no_grad():
+                for layer in (plain, packed):  # warm-up (and the packing itself)
+                    for _ in range(calls):
+                        layer(inputs)
+                for round_index in range(rounds):
+                    for name in rotation(list(samples), round_index):
+                        layer = plain if name == "plain" else packed
+                        start = time.perf_counter()
+                        for _ in range(calls):
+                            layer(inputs)
+                        samples[name].append((time.perf_counter() - start) / calls)
+            plain_us, packed_us = (statistics.median(samples[name]) * 1e6 for name in ("plain", "prepacked"))
+            cells.append(f"{plain_us:.0f} → {packed_us:.0f} µs")
+        print(f"| {in_features} → {out_features} | " + " | ".join(cells) + " |")
+
+
+def decoding_table(args, dtype: torch.dtype) -> None:
+    """Greedy and speculative β=1, plain and prepacked, interleaved per sentence."""
+    tokenizer = AutoTokenizer.from_pretrained(args.verifier)
+    sources = read_sources(args.data, tokenizer, args.limit)
+    models = {}
+    for variant in ("plain", "prepacked"):
+        verifier = AutoModelForSeq2SeqLM.from_pretrained(args.verifier, dtype=dtype).eval()
+        verifier.generation_config.max_length = None  # max_new_tokens is passed; a stored max_length would only warn
+        drafter = SpecDrafterModel.from_pretrained(args.drafter, dtype=getattr(torch, args.drafter_dtype)).eval()
+        if variant == "prepacked":
+            prepack_linear_layers(verifier), prepack_linear_layers(drafter)
+        models[variant] = (verifier, drafter)
+    greedy_kwargs = dict(do_sample=False, num_beams=1, max_new_tokens=96)
+    outputs: dict[str, dict[int, torch.Tensor]] = {}
+
+    def run(name: str, group: int) -> float:
+        variant, strategy = name.split()
+        verifier, drafter = models[variant]
+        extra = {}
+        if strategy == "speculative":
+            extra = dict(custom_generate=speculative_generate, drafter=drafter, block_size=args.block_size)
+        start = time.perf_counter()
+        output = verifier.generate(**sources[group], **greedy_kwargs, **extra)
+        elapsed = time.perf_counter() - start
+        outputs.setdefault(name, {})[group] = output
+        return elapsed
+
+    names = ["plain greedy", "plain speculative", "prepacked greedy", "prepacked speculative"]
+    measures = {name: functools.partial(run, name) for name in names}
+    with torch.no_grad():
+        interleave(measures, num_groups=min(3, len(sources)), repeats=1, desc="warm-up")
+        totals = interleave(measures, num_groups=len(sources), repeats=args.repeats, desc="sentences")
+
+    def identical(a: str, b: str) -> int:
+        return sum(torch.equal(outputs[a][g], outputs[b][g]) for g in range(len(sources)))
+
+    print(
+        f"\nverifier {args.verifier} ({args.dtype}), drafter {args.drafter} ({args.drafter_dtype}), k={args.block_size}, "
+        f"batch 1, {len(sources)} sentences"
+    )
+    print("\n| models | greedy (s) | speculative (s) | speculative / greedy of the same models | = greedy |")
+    print("|---|---|---|---|---|")
+    for variant in ("plain", "prepacked"):
+        greedy, spec = totals[f"{variant} greedy"], totals[f"{variant} speculative"]
+        same = identical(f"{variant} greedy", f"{variant} speculative")
+        print(
+            f"| {variant} | {with_range(greedy)} | {with_range(spec)} | "
+            f"{with_range(paired_speedups(greedy, spec), 2, suffix='×')} | {same}/{len(sources)} |"
+        )
+    gains = {
+        strategy: paired_speedups(totals[f"plain {strategy}"], totals[f"prepacked {strategy}"])
+        for strategy in ("greedy", "speculative")
+    }
+    print(
+        f"\nprepacking speeds up greedy {with_range(gains['greedy'], 2, suffix='×')} (outputs identical to the plain "
+        f"model's: {identical('plain greedy', 'prepacked greedy')}/{len(sources)}) and speculative decoding "
+        f"{with_range(gains['speculative'], 2, suffix='×')}; prepacked speculative against plain greedy: "
+        f"{with_range(paired_speedups(totals['plain greedy'], totals['prepacked speculative']), 2, suffix='×')}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--verifier", default="models/demo-en-de/verifier")
+    parser.add_argument("--drafter", default="models/demo-en-de/drafter")
+    parser.add_argument(
+        "--data", default="models/demo-en-de/heldout_test.jsonl", help="JSON lines with translation.en"
+    )
+    parser.add_argument("--limit", type=int, default=60, help="Sentences (the first N rows).")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="The verifier's.")
+    parser.add_argument("--drafter_dtype", default="bfloat16", choices=["float32", "bfloat16"])
+    parser.add_argument("--block_size", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=9, help="Interleaved rounds of the layer table.")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument("--skip_layers", action="store_true", help="Only the decoding table.")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print_header(args.repeats)
+    dtype = getattr(torch, args.dtype)
+    if not args.skip_layers:
+        for layer_dtype in (torch.float32, torch.bfloat16):
+            layer_table(layer_dtype, args.rounds, calls=100)
+    decoding_table(args, dtype)
+
+
+if __name__ == "__main__":
+    main()

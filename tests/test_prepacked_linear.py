@@ -1,0 +1,112 @@
+"""`prepack_linear_layers`: the same results as `nn.Linear`, the same parameters, and greedy output kept at β=1."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import build_verifier, make_source_batch
+from torch import nn
+
+from specdec_hf import PrepackedLinear, SpecDrafterModel, prepack_linear_layers, speculative_generate
+
+pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this PyTorch build has no oneDNN")
+
+
+def _pair(dtype: torch.dtype, bias: bool = True) -> tuple[nn.Linear, PrepackedLinear]:
+    """A small layer and its prepacked twin that takes the oneDNN path from 2 rows in float32 too."""
+    torch.manual_seed(0)
+    linear = nn.Linear(48, 40, bias=bias).to(dtype)
+    return linear, PrepackedLinear.from_linear(linear, float32_min_weights=0)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("shape", [(1, 48), (5, 48), (2, 7, 48), (3, 1, 48)])
+def test_results_match_nn_linear(shape, bias):
+    """bfloat16: bitwise (the same oneDNN kernel); float32: to rounding (another summation order)."""
+    for dtype in (torch.bfloat16, torch.float32):
+        linear, packed = _pair(dtype, bias)
+        inputs = torch.randn(shape).to(dtype)
+        with torch.no_grad():
+            expected, got = linear(inputs), packed(inputs)
+        if dtype == torch.bfloat16:
+            assert torch.equal(got, expected)
+        else:
+            torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    strided = torch.randn(4, 96)[:, ::2]  # a non-contiguous view
+    linear, packed = _pair(torch.float32, bias)
+    with torch.no_grad():
+        torch.testing.assert_close(packed(strided), linear(strided), rtol=1e-5, atol=1e-5)
+
+
+def test_packed_copy_follows_in_place_changes_and_dtype_moves():
+    linear, packed = _pair(torch.float32)
+    inputs = torch.randn(6, 48)
+    with torch.no_grad():
+        packed(inputs)  # packs
+        linear.weight.mul_(2.0)  # the parameters are shared: the packed copy is now stale and must be remade
+        torch.testing.assert_close(packed(inputs), linear(inputs), rtol=1e-5, atol=1e-5)
+        packed.load_state_dict({"weight": torch.zeros(40, 48), "bias": torch.ones(40)})
+        assert torch.equal(packed(inputs), torch.ones(6, 40))
+        packed.to(torch.bfloat16)
+        assert torch.equal(packed(inputs.bfloat16()), torch.ones(6, 40, dtype=torch.bfloat16))
+
+
+def test_training_takes_nn_linear_gradients():
+    linear, packed = _pair(torch.float32)
+    inputs = torch.randn(5, 48)
+    linear(inputs).square().sum().backward()
+    expected = linear.weight.grad.clone()
+    linear.weight.grad = None
+    packed(inputs).square().sum().backward()  # the same parameter: its gradient must be nn.Linear's
+    torch.testing.assert_close(packed.weight.grad, expected)
+
+
+def test_prepacking_a_verifier_keeps_parameters_ties_and_saved_weights(tmp_path):
+    verifier = build_verifier("bart")
+    state = {name: tensor.clone() for name, tensor in verifier.state_dict().items()}
+    linears = sum(type(m) is nn.Linear for m in verifier.modules())
+    assert prepack_linear_layers(verifier) is verifier
+    assert prepack_linear_layers(verifier) is verifier  # a second call wraps nothing twice
+    packed = [m for m in verifier.modules() if isinstance(m, PrepackedLinear)]
+    assert len(packed) == linears and not any(type(m) is nn.Linear for m in verifier.modules())
+    assert verifier.get_output_embeddings().weight is verifier.get_input_embeddings().weight  # still tied
+    assert verifier.state_dict().keys() == state.keys()
+    verifier.save_pretrained(tmp_path)
+    reloaded = type(verifier).from_pretrained(tmp_path)
+    for name, tensor in reloaded.state_dict().items():
+        assert torch.equal(tensor, state[name]), name
+
+
+@pytest.mark.parametrize("batch_size", [1, 4])
+def test_beta_one_on_prepacked_models_equals_greedy_on_the_same_model(family, batch_size):
+    """The verifier and an EAGLE-style drafter both prepacked: speculative output is the prepacked greedy output."""
+    verifier = build_verifier(family).eval()
+    torch.manual_seed(0)
+    drafter = SpecDrafterModel.from_verifier(
+        verifier, block_size=4, decoder_layers=1, prefix_attention="causal", prefix_feature_layers=[-1]
+    ).eval()
+    for model in (verifier, drafter):  # every layer of these tiny models takes the oneDNN path from 2 rows on
+        prepack_linear_layers(model, float32_min_weights=0)
+    inputs = make_source_batch(batch_size, pad_token_id=verifier.config.pad_token_id)
+    greedy = verifier.generate(**inputs, do_sample=False, max_new_tokens=20)
+    output = verifier.generate(
+        **inputs, do_sample=False, max_new_tokens=20, custom_generate=speculative_generate, drafter=drafter
+    )
+    assert torch.equal(output, greedy)
+    for model in (verifier, drafter):  # the oneDNN path ran (a packed copy exists), not only nn.Linear's fallback
+        assert any(m._packed is not None for m in model.modules() if isinstance(m, PrepackedLinear))
+
+
+def test_float32_thresholds_choose_the_kernel():
+    """Below the row or size threshold a float32 layer keeps PyTorch's kernel (no packed copy); bfloat16 never does."""
+    torch.manual_seed(0)
+    small, large = nn.Linear(48, 40), nn.Linear(512, 256)
+    small_packed, large_packed = PrepackedLinear.from_linear(small), PrepackedLinear.from_linear(large)
+    with torch.no_grad():
+        small_packed(torch.randn(5, 48))
+        large_packed(torch.randn(1, 512))
+        assert small_packed._packed is None and large_packed._packed is None
+        large_packed(torch.randn(2, 512))
+        assert large_packed._packed is not None
+        small_packed.to(torch.bfloat16)(torch.randn(1, 48).bfloat16())
+        assert small_packed._packed is not None
