@@ -50,6 +50,7 @@ class PrepackedLinear(nn.Linear):
         self.bias = linear.bias
         self._packed: torch.Tensor | None = None
         self._packed_from: tuple | None = None
+        self._linear_pointwise = torch.ops.mkldnn._linear_pointwise.default  # resolved once, not per call
         # per dtype, the fewest input rows from which this layer takes the prepacked path (absent: never)
         self._min_rows = {torch.bfloat16: 1}
         if self.in_features * self.out_features >= float32_min_weights:
@@ -61,23 +62,22 @@ class PrepackedLinear(nn.Linear):
         return cls(linear, **thresholds)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        if not self._takes_prepacked_path(input):
-            return F.linear(input, self.weight, self.bias)
-        return torch.ops.mkldnn._linear_pointwise(input, self._packed_weight(), self.bias, "none", [], "")
-
-    def _takes_prepacked_path(self, input: torch.Tensor) -> bool:
-        weight = self.weight
+        # runs for every linear of every decoding step: each parameter is read once (nn.Module's attribute lookup
+        # of parameters is slow), and the common 1-token float32 case is decided in two lookups
+        weight, bias = self.weight, self.bias
         min_rows = self._min_rows.get(weight.dtype)
-        if min_rows is None or input.numel() < min_rows * self.in_features:
-            return False  # the common case of a 1-token float32 step: decided in two lookups
-        if input.dtype != weight.dtype or weight.device.type != "cpu":
-            return False
-        if torch.is_grad_enabled() and (weight.requires_grad or input.requires_grad):
-            return False  # the oneDNN operator has no backward
-        return self.bias is None or self.bias.dtype == weight.dtype
+        if (
+            min_rows is None
+            or input.numel() < min_rows * self.in_features
+            or input.dtype != weight.dtype
+            or weight.device.type != "cpu"
+            or (bias is not None and bias.dtype != weight.dtype)
+            or (torch.is_grad_enabled() and (weight.requires_grad or input.requires_grad))  # no oneDNN backward
+        ):
+            return F.linear(input, weight, bias)
+        return self._linear_pointwise(input, self._packed_weight(weight), bias, "none", [], "")
 
-    def _packed_weight(self) -> torch.Tensor:
-        weight = self.weight
+    def _packed_weight(self, weight: torch.Tensor) -> torch.Tensor:
         # the version counter moves with every in-place change: a stale packed copy is never used
         source = (weight.data_ptr(), weight.dtype, weight._version)
         if self._packed_from != source:
