@@ -38,7 +38,7 @@ def layer_table(dtype: torch.dtype, rounds: int, calls: int) -> None:
         torch.manual_seed(0)
         plain = nn.Linear(in_features, out_features).to(dtype)
         # always on the oneDNN path, whatever the float32 thresholds: this table is where they come from
-        packed = PrepackedLinear.from_linear(plain, float32_min_rows=1, float32_min_weights=0)
+        packed = PrepackedLinear.from_linear(plain, float32_min_work=0)
         cells = []
         for rows in ROWS:
             inputs = torch.randn(1, rows, in_features).to(dtype)

@@ -11,9 +11,9 @@ that, with the oneDNN operators PyTorch ships (`torch.ops.mkldnn`), for models r
 `prepack_linear_layers(model)` is a call the user makes on their own model; nothing here changes a model otherwise.
 It replaces each `nn.Linear` by a `PrepackedLinear` sharing the same parameters (state dict, saving, tied weights
 unchanged). In bfloat16 the result is bitwise that of `nn.Linear` (the same oneDNN kernel); in float32 it is a
-different summation order (differences of about 1e-6), used only where it is faster: from 2 rows on, in layers of
-at least 2**17 weights, so that a 1-token greedy step keeps PyTorch's own kernel. Compare greedy and speculative
-decoding on models prepacked alike.
+different summation order (differences of about 1e-6), used only where it is faster: for calls of at least 2**19
+multiply-adds (the LM head from 1 row, the feed-forward layers from 2, small attention projections hardly ever).
+Compare greedy and speculative decoding on models prepacked alike.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from torch import nn
 __all__ = ["PrepackedLinear", "prepack_linear_layers"]
 
 # When oneDNN on a prepacked weight beats PyTorch's own kernel (benchmarks/bench_prepacked_linear.py, 2-core AMD
-# EPYC): in bfloat16 at every row count and size; in float32 from 2 input rows (all dimensions but the last,
-# multiplied), and only for layers of at least 2**17 weights (a 256 x 256 layer stays slower prepacked up to 9 rows)
-FLOAT32_MIN_ROWS = 2
-FLOAT32_MIN_WEIGHTS = 2**17
+# EPYC): in bfloat16 always; in float32 once the layer's work, input rows (all dimensions but the last, multiplied)
+# x in_features x out_features multiply-adds, reaches 2**19: so a 256 -> 256 layer is prepacked from 8 rows (where
+# the two kernels tie), 256 -> 1024 from 2 rows, and an 8,000 x 256 LM head from 1 row (131 -> 69 us)
+FLOAT32_MIN_WORK = 2**19
 
 
 class PrepackedLinear(nn.Linear):
@@ -39,22 +39,15 @@ class PrepackedLinear(nn.Linear):
     enabled on the weight or the input), other devices and other dtypes use `nn.Linear`'s own computation.
     """
 
-    def __init__(
-        self,
-        linear: nn.Linear,
-        float32_min_rows: int = FLOAT32_MIN_ROWS,
-        float32_min_weights: int = FLOAT32_MIN_WEIGHTS,
-    ):
+    def __init__(self, linear: nn.Linear, float32_min_work: int = FLOAT32_MIN_WORK):
         super().__init__(linear.in_features, linear.out_features, bias=linear.bias is not None, device="meta")
         self.weight = linear.weight
         self.bias = linear.bias
         self._packed: torch.Tensor | None = None
         self._packed_from: tuple | None = None
         self._linear_pointwise = torch.ops.mkldnn._linear_pointwise.default  # resolved once, not per call
-        # per dtype, the fewest input rows from which this layer takes the prepacked path (absent: never)
-        self._min_rows = {torch.bfloat16: 1}
-        if self.in_features * self.out_features >= float32_min_weights:
-            self._min_rows[torch.float32] = float32_min_rows
+        # per dtype, the fewest input elements from which this layer takes the prepacked path
+        self._min_input_numel = {torch.bfloat16: 1, torch.float32: max(1, -(-float32_min_work // self.out_features))}
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, **thresholds) -> PrepackedLinear:
@@ -63,12 +56,12 @@ class PrepackedLinear(nn.Linear):
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         # runs for every linear of every decoding step: each parameter is read once (nn.Module's attribute lookup
-        # of parameters is slow), and the common 1-token float32 case is decided in two lookups
+        # of parameters is slow), and a small float32 layer's case is decided in two lookups
         weight, bias = self.weight, self.bias
-        min_rows = self._min_rows.get(weight.dtype)
+        min_numel = self._min_input_numel.get(weight.dtype)
         if (
-            min_rows is None
-            or input.numel() < min_rows * self.in_features
+            min_numel is None
+            or input.numel() < min_numel
             or input.dtype != weight.dtype
             or weight.device.type != "cpu"
             or (bias is not None and bias.dtype != weight.dtype)
@@ -89,9 +82,7 @@ class PrepackedLinear(nn.Linear):
         return super().extra_repr() + ", prepacked for oneDNN"
 
 
-def prepack_linear_layers(
-    model: nn.Module, float32_min_rows: int = FLOAT32_MIN_ROWS, float32_min_weights: int = FLOAT32_MIN_WEIGHTS
-) -> nn.Module:
+def prepack_linear_layers(model: nn.Module, float32_min_work: int = FLOAT32_MIN_WORK) -> nn.Module:
     """Replace every `nn.Linear` of `model` by a `PrepackedLinear` for faster small-batch CPU inference.
 
     For models run on CPU in float32 or bfloat16 (the verifier and the drafter alike). Parameters are shared, so the
@@ -101,11 +92,9 @@ def prepack_linear_layers(
 
     Args:
         model (`nn.Module`): E.g. a transformers `PreTrainedModel` or a `SpecDrafterModel`, on CPU.
-        float32_min_rows (`int`, *optional*, defaults to 2): In float32, a layer takes the prepacked path from this
-            many input rows (all dimensions but the last, multiplied); fewer use PyTorch's own kernel. bfloat16
-            always takes it.
-        float32_min_weights (`int`, *optional*, defaults to 2**17): In float32, only layers of at least this many
-            weights take the prepacked path. Both defaults were measured on one CPU
+        float32_min_work (`int`, *optional*, defaults to 2**19): In float32, a call takes the prepacked path when
+            its input rows (all dimensions but the last, multiplied) x `in_features` x `out_features` reach this;
+            smaller calls use PyTorch's own kernel. bfloat16 always takes it. The default was measured on one CPU
             (`benchmarks/bench_prepacked_linear.py` shows where the crossover lies on yours).
 
     Returns:
@@ -125,8 +114,6 @@ def prepack_linear_layers(
                 setattr(
                     parent,
                     name,
-                    PrepackedLinear.from_linear(
-                        child, float32_min_rows=float32_min_rows, float32_min_weights=float32_min_weights
-                    ),
+                    PrepackedLinear.from_linear(child, float32_min_work=float32_min_work),
                 )
     return model
