@@ -20,7 +20,7 @@ from _common import print_header, with_range
 from torch.profiler import ProfilerActivity, profile
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from specdec_hf import SpecDrafterModel
+from specdec_hf import SpecDrafterModel, prepack_linear_layers
 
 SOURCES = [
     "Select the cells you want to copy and press Ctrl+C.",
@@ -86,6 +86,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rows", type=int, default=25, help="Operator rows to print.")
+    parser.add_argument("--prepack_linear", action="store_true", help="The drafter through prepack_linear_layers.")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print_header(args.repeats)
@@ -93,6 +94,8 @@ def main() -> None:
     verifier = AutoModelForSeq2SeqLM.from_pretrained(args.verifier, dtype=torch.float32).eval()
     tokenizer = AutoTokenizer.from_pretrained(args.verifier)
     drafter = build_drafter(args, verifier).to(getattr(torch, args.dtype)).eval()
+    if args.prepack_linear:
+        prepack_linear_layers(drafter)
     paths = decoding_paths(verifier, tokenizer, getattr(drafter, "verifier_state_layers", None))
     run_calls(drafter, paths, args.step, args.block_size)  # warm-up
     per_repeat = [
@@ -102,7 +105,7 @@ def main() -> None:
         profiled = run_calls(drafter, paths, args.step, args.block_size)
     events = profiler.key_averages()
     # self CPU time of the operators (aten::...): what is not in them is Python around them
-    operator_us = sum(event.self_cpu_time_total for event in events if event.key.startswith("aten::"))
+    operator_us = sum(event.self_cpu_time_total for event in events if event.key.startswith(("aten::", "mkldnn::")))
     print(
         f"propose, k={args.block_size}, {args.dtype}: {with_range(per_repeat, 3, scale=1e3)} ms per call (median "
         f"call of each of {args.repeats} repeats of {len(profiled)} calls); under the profiler, torch operators take "
