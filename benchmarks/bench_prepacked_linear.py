@@ -2,9 +2,8 @@
 
 First table: one linear layer of the demo pair's shapes (the verifier's 256 -> 256 attention, 256 -> 1024 and
 1024 -> 256 feed-forward, 256 -> 8,000 LM head; the drafter's 768 -> 256 state projection and 256 -> 4,096 head) over
-1, 2, 5 and 9 rows (a greedy step, a verification of k = 1, 4, 8), as `nn.Linear` and on the prepacked oneDNN path
-(forced, whatever `prepack_linear_layers`' float32 thresholds, which come from this table), per dtype, median of
-interleaved rounds. Second table: greedy `generate()` and speculative β=1 on the held-out sentences, with the
+1, 2, 5 and 9 rows (a greedy step, a verification of k = 1, 4, 8), as `nn.Linear` and prepacked, per dtype, median
+of interleaved rounds, each layer alone (its weight warm in the caches, unlike inside a decoding). Second table: greedy `generate()` and speculative β=1 on the held-out sentences, with the
 plain models and with both models prepacked (separate instances of the same checkpoints), the four runs interleaved
 per sentence in a rotating order; each speed-up is taken within a repeat; identical outputs are counted.
 
@@ -37,8 +36,7 @@ def layer_table(dtype: torch.dtype, rounds: int, calls: int) -> None:
     for in_features, out_features in SHAPES:
         torch.manual_seed(0)
         plain = nn.Linear(in_features, out_features).to(dtype)
-        # always on the oneDNN path, whatever the float32 thresholds: this table is where they come from
-        packed = PrepackedLinear.from_linear(plain, float32_min_work=0)
+        packed = PrepackedLinear.from_linear(plain)
         cells = []
         for rows in ROWS:
             inputs = torch.randn(1, rows, in_features).to(dtype)

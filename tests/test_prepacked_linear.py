@@ -13,10 +13,9 @@ pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason
 
 
 def _pair(dtype: torch.dtype, bias: bool = True) -> tuple[nn.Linear, PrepackedLinear]:
-    """A small layer and its prepacked twin that takes the oneDNN path in float32 too, at any size."""
     torch.manual_seed(0)
     linear = nn.Linear(48, 40, bias=bias).to(dtype)
-    return linear, PrepackedLinear.from_linear(linear, float32_min_work=0)
+    return linear, PrepackedLinear.from_linear(linear)
 
 
 @pytest.mark.parametrize("bias", [True, False])
@@ -36,6 +35,14 @@ def test_results_match_nn_linear(shape, bias):
     linear, packed = _pair(torch.float32, bias)
     with torch.no_grad():
         torch.testing.assert_close(packed(strided), linear(strided), rtol=1e-5, atol=1e-5)
+
+
+def test_other_dtypes_keep_nn_linear_computation():
+    linear, packed = _pair(torch.float16)
+    inputs = torch.randn(5, 48).half()
+    with torch.no_grad():
+        assert torch.equal(packed(inputs), linear(inputs))
+    assert packed._packed is None
 
 
 def test_packed_copy_follows_in_place_changes_and_dtype_moves():
@@ -85,8 +92,7 @@ def test_beta_one_on_prepacked_models_equals_greedy_on_the_same_model(family, ba
     drafter = SpecDrafterModel.from_verifier(
         verifier, block_size=4, decoder_layers=1, prefix_attention="causal", prefix_feature_layers=[-1]
     ).eval()
-    for model in (verifier, drafter):  # every layer of these tiny models takes the oneDNN path
-        prepack_linear_layers(model, float32_min_work=0)
+    prepack_linear_layers(verifier), prepack_linear_layers(drafter)
     inputs = make_source_batch(batch_size, pad_token_id=verifier.config.pad_token_id)
     greedy = verifier.generate(**inputs, do_sample=False, max_new_tokens=20)
     output = verifier.generate(
@@ -95,20 +101,3 @@ def test_beta_one_on_prepacked_models_equals_greedy_on_the_same_model(family, ba
     assert torch.equal(output, greedy)
     for model in (verifier, drafter):  # the oneDNN path ran (a packed copy exists), not only nn.Linear's fallback
         assert any(m._packed is not None for m in model.modules() if isinstance(m, PrepackedLinear))
-
-
-def test_float32_threshold_chooses_the_kernel_by_work():
-    """A float32 call below 2**19 multiply-adds keeps PyTorch's kernel (no packed copy); bfloat16 never does."""
-    torch.manual_seed(0)
-    medium, large = nn.Linear(512, 256), nn.Linear(1024, 512)  # 2**17 and 2**19 weights
-    medium_packed, large_packed = PrepackedLinear.from_linear(medium), PrepackedLinear.from_linear(large)
-    with torch.no_grad():
-        medium_packed(torch.randn(3, 512))  # 3 x 2**17 multiply-adds: below
-        assert medium_packed._packed is None
-        medium_packed(torch.randn(1, 4, 512))  # 4 rows: at the threshold
-        assert medium_packed._packed is not None
-        large_packed(torch.randn(1, 1024))  # one row of a large layer already reaches it
-        assert large_packed._packed is not None
-        small = PrepackedLinear.from_linear(nn.Linear(48, 40)).to(torch.bfloat16)
-        small(torch.randn(1, 48).bfloat16())
-        assert small._packed is not None
