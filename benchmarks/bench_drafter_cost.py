@@ -24,7 +24,7 @@ import torch
 from _common import print_header, with_range
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DynamicCache, EncoderDecoderCache
 
-from specdec_hf import SpecDrafterModel
+from specdec_hf import SpecDrafterModel, prepack_linear_layers
 from specdec_hf.evaluation.interleaved import interleave
 
 SOURCE = "What worries me most is not that he said it, but that he is convinced there is nothing wrong in saying it."
@@ -106,6 +106,9 @@ def main() -> None:
     parser.add_argument("--tok", type=float, default=3.0, help="Tok. assumed for the speed-up bound.")
     parser.add_argument("--repeats", type=int, default=10, help="Rounds of every measurement, interleaved.")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--prepack_linear", action="store_true", help="Verifier and drafters through prepack_linear_layers."
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -114,6 +117,8 @@ def main() -> None:
     verifier = AutoModelForSeq2SeqLM.from_pretrained(
         args.verifier, dtype=getattr(torch, args.dtype), attn_implementation=args.attn_implementation
     ).eval()
+    if args.prepack_linear:
+        prepack_linear_layers(verifier)
     inputs = AutoTokenizer.from_pretrained(args.verifier)(SOURCE, return_tensors="pt")
     with torch.no_grad():
         encoder_outputs = verifier.get_encoder()(**inputs)
@@ -130,6 +135,8 @@ def main() -> None:
         if "draft_vocab_ids" in overrides:
             overrides["draft_vocab_ids"] = list(overrides["draft_vocab_ids"])
         drafter = SpecDrafterModel.from_verifier(verifier, block_size=max(args.ks), **overrides).to(dtype).eval()
+        if args.prepack_linear:
+            prepack_linear_layers(drafter)
         for k in args.ks:
             measures[f"draft {index} {k}"] = drafter_propose(drafter, inputs, encoder_outputs[0], k, 2)
     interleave(measures, num_groups=1, repeats=2, desc="warm-up")
@@ -140,7 +147,8 @@ def main() -> None:
         return [time / step_time for time, step_time in zip(times, step, strict=True)]
 
     print(
-        f"verifier {args.verifier} ({args.dtype}, attention {verifier.config._attn_implementation}), batch 1: "
+        f"verifier {args.verifier} ({args.dtype}, attention {verifier.config._attn_implementation}"
+        f"{', linear layers prepacked' if args.prepack_linear else ''}), batch 1: "
         f"greedy step {with_range(step, 2, 1e3)} ms; "
         f"drafter {args.drafter_dtype}; bound at Tok. {args.tok}"
     )
