@@ -168,7 +168,8 @@ def main() -> None:
     verifier.generation_config.max_length = None  # max_new_tokens is passed; a stored max_length would only warn
     drafter = SpecDrafterModel.from_pretrained(args.drafter, dtype=getattr(torch, args.drafter_dtype)).eval()
     if args.prepack_linear:
-        prepack_linear_layers(verifier), prepack_linear_layers(drafter)
+        prepack_linear_layers(verifier)
+        prepack_linear_layers(drafter)
     tokenizer = AutoTokenizer.from_pretrained(args.verifier)
     sources = read_sources(args.data, tokenizer, args.limit)
 

@@ -3,9 +3,10 @@
 First table: one linear layer of the demo pair's shapes (the verifier's 256 -> 256 attention, 256 -> 1024 and
 1024 -> 256 feed-forward, 256 -> 8,000 LM head; the drafter's 768 -> 256 state projection and 256 -> 4,096 head) over
 1, 2, 5 and 9 rows (a greedy step, a verification of k = 1, 4, 8), as `nn.Linear` and prepacked, per dtype, median
-of interleaved rounds, each layer alone (its weight warm in the caches, unlike inside a decoding). Second table: greedy `generate()` and speculative β=1 on the held-out sentences, with the
-plain models and with both models prepacked (separate instances of the same checkpoints), the four runs interleaved
-per sentence in a rotating order; each speed-up is taken within a repeat; identical outputs are counted.
+of interleaved rounds, each layer alone (its weight warm in the caches, unlike inside a decoding). Second table:
+greedy `generate()` and speculative β=1 on the held-out sentences, with the plain models and with both models
+prepacked (separate instances of the same checkpoints), the four runs interleaved per sentence in a rotating order;
+each speed-up is taken within a repeat; identical outputs are counted.
 
     python benchmarks/bench_prepacked_linear.py --dtype float32 --threads 2
 """
@@ -67,7 +68,8 @@ def decoding_table(args, dtype: torch.dtype) -> None:
         verifier.generation_config.max_length = None  # max_new_tokens is passed; a stored max_length would only warn
         drafter = SpecDrafterModel.from_pretrained(args.drafter, dtype=getattr(torch, args.drafter_dtype)).eval()
         if variant == "prepacked":
-            prepack_linear_layers(verifier), prepack_linear_layers(drafter)
+            prepack_linear_layers(verifier)
+            prepack_linear_layers(drafter)
         models[variant] = (verifier, drafter)
     greedy_kwargs = dict(do_sample=False, num_beams=1, max_new_tokens=96)
     outputs: dict[str, dict[int, torch.Tensor]] = {}

@@ -101,10 +101,13 @@ def export_drafter(
     `default_block_size` (the k generate() drafts when given none) is set when given, else kept as trained."""
     drafter = SpecDrafterModel.from_pretrained(source, dtype=torch.float32)
     drafter.config.verifier_name_or_path = verifier_path
-    if default_block_size is not None:  # rebuilt through the config class, which checks it against block_size
-        drafter.config = type(drafter.config).from_dict(
-            {**drafter.config.to_dict(), "default_block_size": default_block_size}
-        )
+    if default_block_size is not None:
+        if not 1 <= default_block_size <= drafter.config.block_size:
+            raise ValueError(
+                f"--default_block_size must be between 1 and the drafter's block_size ({drafter.config.block_size}), "
+                f"got {default_block_size}."
+            )
+        drafter.config.default_block_size = default_block_size
     drafter.to(dtype).save_pretrained(target, safe_serialization=True)
     for name in ("README.md", "eval_results.json"):
         if (source / name).exists():

@@ -149,6 +149,11 @@ class EvaluationArguments:
             raise ValueError(f"`drafter_dtype` must be one of {', '.join(_DTYPES)}, got {self.drafter_dtype!r}.")
         if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
             raise ValueError(f"`device` must be auto, cpu, cuda or cuda:N, got {self.device!r}.")
+        if self.prepack_linear and self.device != "cpu":
+            raise ValueError(
+                f"`prepack_linear` prepacks weights for oneDNN on the CPU, and `device` is {self.device!r} (`auto` "
+                "picks a GPU where there is one): set `device: cpu`, or drop `prepack_linear`."
+            )
         strategies = self.resolved_strategies  # raises for unknown names, missing drafters, bad indices
         if any(s.kind == "beam" for s in strategies) and self.num_beams < 2:
             raise ValueError(f"the `beam` strategy needs `num_beams` >= 2, got {self.num_beams}.")

@@ -47,8 +47,6 @@ def load_models(args: EvaluationArguments, device: torch.device) -> EvaluationMo
     assistant = None
     if any(strategy.kind == "assisted" for strategy in args.resolved_strategies):
         assistant = AutoModelForSeq2SeqLM.from_pretrained(args.assistant_model, dtype=dtype, **attention)
-    if args.prepack_linear and device.type != "cpu":
-        raise ValueError(f"`prepack_linear` prepacks weights for oneDNN on CPU; the device is {device}: drop it.")
     for model in [verifier, *drafters] + ([assistant] if assistant is not None else []):
         model.to(device).eval().requires_grad_(False)
         if args.prepack_linear:

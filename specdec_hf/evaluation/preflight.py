@@ -100,8 +100,8 @@ def check_models(
         drafter = drafters[strategy.drafter_index]
         path = drafter_paths[strategy.drafter_index]
         config = getattr(drafter, "config", None)
-        limit = getattr(config, "block_size", drafter.block_size)
-        if strategy.block_size > limit:
+        limit = getattr(config, "block_size", getattr(drafter, "max_block_size", None))  # None: no limit
+        if limit is not None and strategy.block_size > limit:
             raise ValueError(
                 f"strategy {strategy.name!r} drafts k={strategy.block_size} tokens but drafter {path!r} has "
                 f"{limit} mask slots (`block_size`): use k <= {limit}."

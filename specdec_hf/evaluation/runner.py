@@ -267,7 +267,7 @@ def run_evaluation(args: EvaluationArguments, data_args: DataArguments) -> dict[
             "drafters": [
                 {
                     "path": path,
-                    "block_size": d.block_size,
+                    "default_block_size": d.block_size,
                     "max_block_size": getattr(d, "max_block_size", None),
                     "parameter_bytes": parameter_bytes(d),
                 }

@@ -618,7 +618,8 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel, Drafter):
     @property
     def block_size(self) -> int:
         """The k `generate()` drafts when given no `block_size`: `config.default_block_size`, else
-        `config.block_size`; `propose` accepts any `1 <= k <= max_block_size`."""
+        `config.block_size`. `propose` accepts any `1 <= k <= max_block_size`; `forward` (training) defaults to
+        every slot, `config.block_size`."""
         default = self.config.default_block_size
         return self.config.block_size if default is None else default
 
@@ -736,7 +737,9 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel, Drafter):
         return None if attention_mask is None else attention_mask.bool()[:, None, None, :]
 
     def _logits(self, hidden_states: torch.Tensor) -> torch.FloatTensor:
-        # through the module (not F.linear on its weight), so that a replaced head, e.g. prepack_linear_layers', runs
+        if type(self.lm_head) is nn.Linear:  # lm_head(hidden_states) + final_logits_bias, in one fused call
+            return F.linear(hidden_states, self.lm_head.weight, self.final_logits_bias[0])
+        # a replaced head (e.g. prepack_linear_layers') runs as itself
         return self.lm_head(hidden_states) + self.final_logits_bias
 
     # ----------------------------------------------------------------------------------------------------------

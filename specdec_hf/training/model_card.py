@@ -48,9 +48,10 @@ tags:
 
 # Spec-Drafter for `{verifier_name}`
 
-A non-autoregressive drafter for Speculative Decoding (Xia et al., 2023, arXiv 2203.16487): it proposes the next
-{config.block_size} tokens of `{verifier_name}` in one call, and the verifier checks them in one forward pass. With
-`beta=1` the output is exactly the verifier's greedy output.
+A non-autoregressive drafter for Speculative Decoding (Xia et al., 2023, arXiv 2203.16487): it proposes up to
+{config.block_size} next tokens of `{verifier_name}` in one call ({drafter.block_size} unless `generate()` gets another
+`block_size`), and the verifier checks them in one forward pass. With `beta=1` the output is exactly the verifier's
+greedy output.
 
 ```python
 import specdec_hf

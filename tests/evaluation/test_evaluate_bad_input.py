@@ -55,6 +55,11 @@ def test_strategy_configuration_errors(base_argv, strategies, extra, message):
         evaluate(argv + ["--strategies", *strategies])
 
 
+def test_prepack_linear_needs_the_cpu_device(base_argv):
+    with pytest.raises(ValueError, match="set `device: cpu`"):
+        evaluate(base_argv + ["--prepack_linear", "true", "--device", "auto"])
+
+
 def test_batch_one_strategy_in_sweep_is_refused(base_argv, eval_models):
     argv = base_argv + ["--strategies", "greedy", "assisted", "--assistant_model", eval_models["assistant"]]
     with pytest.raises(ValueError, match="run only at batch size 1"):
