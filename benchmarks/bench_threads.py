@@ -1,0 +1,80 @@
+"""Greedy and speculative β=1 at several torch thread counts, interleaved in one process, on the demo pair.
+
+Each (strategy, threads) pair decodes all sentences per run; the runs rotate in order over the repeats, and the
+thread count is set before each run (`torch.set_num_threads`). Both models are prepacked unless `--plain`.
+
+    python benchmarks/bench_threads.py --dtype float32 --threads 1 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+from _common import print_header, read_sources, with_range
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+from specdec_hf import SpecDrafterModel, prepack_linear_layers, speculative_generate
+from specdec_hf.evaluation.interleaved import interleave, paired_speedups
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--verifier", default="models/demo-en-de/verifier")
+    parser.add_argument("--drafter", default="models/demo-en-de/drafter")
+    parser.add_argument(
+        "--data", default="models/demo-en-de/heldout_test.jsonl", help="JSON lines with translation.en"
+    )
+    parser.add_argument("--limit", type=int, default=60, help="Sentences (the first N rows).")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="The verifier's.")
+    parser.add_argument("--block_size", type=int, default=4)
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--repeats", type=int, default=4)
+    parser.add_argument("--plain", action="store_true", help="Without prepack_linear_layers.")
+    args = parser.parse_args()
+    print_header(args.repeats)
+
+    tokenizer = AutoTokenizer.from_pretrained(args.verifier)
+    verifier = AutoModelForSeq2SeqLM.from_pretrained(args.verifier, dtype=getattr(torch, args.dtype)).eval()
+    verifier.generation_config.max_length = None  # max_new_tokens is passed; a stored max_length would only warn
+    drafter = SpecDrafterModel.from_pretrained(args.drafter, dtype=torch.bfloat16).eval()
+    if not args.plain:
+        prepack_linear_layers(verifier)
+        prepack_linear_layers(drafter)
+    sources = read_sources(args.data, tokenizer, args.limit)
+    greedy_kwargs = dict(do_sample=False, num_beams=1, max_new_tokens=96)
+
+    def run(strategy: str, threads: int, group: int) -> float:
+        torch.set_num_threads(threads)
+        extra = {}
+        if strategy == "speculative":
+            extra = dict(custom_generate=speculative_generate, drafter=drafter, block_size=args.block_size)
+        start = time.perf_counter()
+        for source in sources:
+            verifier.generate(**source, **greedy_kwargs, **extra)
+        return time.perf_counter() - start
+
+    measures = {
+        (strategy, threads): (lambda group, s=strategy, t=threads: run(s, t, group))
+        for threads in args.threads
+        for strategy in ("greedy", "speculative")
+    }
+    with torch.no_grad():
+        interleave(measures, num_groups=1, repeats=1, desc="warm-up")
+        totals = interleave(measures, num_groups=1, repeats=args.repeats, desc="runs")
+
+    print(
+        f"\nverifier {args.verifier} ({args.dtype}{', plain' if args.plain else ', prepacked'}), drafter bfloat16, "
+        f"k={args.block_size}, batch 1, {len(sources)} sentences\n"
+    )
+    print("| threads | greedy (s) | speculative (s) | speculative / greedy |")
+    print("|---|---|---|---|")
+    for threads in args.threads:
+        greedy, spec = totals[("greedy", threads)], totals[("speculative", threads)]
+        ratio = with_range(paired_speedups(greedy, spec), 2, suffix="×")
+        print(f"| {threads} | {with_range(greedy)} | {with_range(spec)} | {ratio} |")
+
+
+if __name__ == "__main__":
+    main()
