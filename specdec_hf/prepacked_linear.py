@@ -11,8 +11,8 @@ CPU freezing pass prepack weights too; this module does only that, with oneDNN o
 by `generate()`.
 
 `prepack_linear_layers(model)` is a call the user makes on their own model; nothing here changes a model otherwise.
-It replaces each plain `nn.Linear` by a `PrepackedLinear` sharing the same parameters (state dict, saving, tied
-weights unchanged). Results match `nn.Linear`'s up to summation order: in float32 about 1e-6 apart; in bfloat16 they
+It turns each plain `nn.Linear` into a `PrepackedLinear` in place (its class only: parameters, hooks, state dict,
+saving and tied weights unchanged). Results match `nn.Linear`'s up to summation order: in float32 about 1e-6 apart; in bfloat16 they
 were bitwise equal on the project's CPU. Greedy decoding gains from it too, so compare it with speculative decoding on
 models prepacked alike.
 """
@@ -40,13 +40,16 @@ def _prepacked_dtypes() -> tuple[torch.dtype, ...]:
 class PrepackedLinear(nn.Linear):
     """An `nn.Linear` whose CPU inference uses a copy of its weight reordered once for oneDNN.
 
-    Build one from an existing layer with `from_linear` (the parameters are then that layer's, the same objects), or
-    as an `nn.Linear` with the same arguments. The packed copy is made on first use and made again when the weight is
-    replaced (`.to()`, assigning a new parameter) or changed in place through autograd-visible operations
-    (`copy_`, `load_state_dict`; tracked by the tensor's version counter). Changes made through `.data` are invisible
-    to that counter: call `reset_packed()` after them. Training (gradients), autocast, `torch.compile` tracing, other
-    devices and other dtypes run `nn.Linear`'s own computation. Not for concurrent calls from several threads (the
-    packed copy is made lazily).
+    `prepack_linear_layers` turns a model's `nn.Linear` layers into this class in place (same objects, parameters,
+    hooks and attributes); `from_linear` builds a new one sharing a layer's parameters; the constructor is
+    `nn.Linear`'s. The packed copy is made on first use and made again when the weight is replaced (`.to()`, a new
+    parameter, a view of another shape or layout) or changed in place through autograd-visible operations (`copy_`,
+    `load_state_dict`; tracked by the tensor's version counter). Changes made through `.data` are invisible to that
+    counter: call `reset_packed()` after them. Training (gradients for the weight, the bias or the input), autocast,
+    `torch.compile` tracing, `torch.backends.mkldnn.enabled = False`, inference-mode weights, empty layers, other
+    devices and other dtypes run `nn.Linear`'s own computation. Not supported: forward-mode AD through it (tangents
+    are dropped under `no_grad`), `torch.fx.symbolic_trace` (not a leaf module), and concurrent calls from several
+    threads (the packed copy is made lazily).
     """
 
     def __init__(self, *args, **kwargs):
@@ -55,7 +58,7 @@ class PrepackedLinear(nn.Linear):
 
     @classmethod
     def from_linear(cls, linear: nn.Linear) -> PrepackedLinear:
-        """A `PrepackedLinear` sharing `linear`'s weight and bias (and its train/eval mode)."""
+        """A new `PrepackedLinear` sharing `linear`'s weight and bias (and its train/eval mode)."""
         layer = cls(linear.in_features, linear.out_features, bias=linear.bias is not None, device="meta")
         layer.weight = linear.weight
         layer.bias = linear.bias
@@ -65,48 +68,51 @@ class PrepackedLinear(nn.Linear):
         """Drop the packed copy; the next call makes a new one from the current weight."""
         self._packed: torch.Tensor | None = None
         # the weight the copy was made from (a detached alias: it keeps that storage alive, so a later weight cannot
-        # reuse its address and pass for it) and that weight's version counter at the time
+        # reuse its address and pass for it), and what identifies that weight's contents
         self._packed_source: torch.Tensor | None = None
-        self._packed_version = -1
+        self._packed_key: tuple | None = None
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if torch.compiler.is_compiling():  # first: nothing below can be traced; inductor prepacks by itself
+            return F.linear(input, self.weight, self.bias)
         # runs for every linear of every decoding step: each parameter is read once (nn.Module's attribute lookup
         # of parameters is slow)
         weight, bias = self.weight, self.bias
-        if (
-            weight.dtype not in _prepacked_dtypes()
-            or input.dtype != weight.dtype
-            or weight.device.type != "cpu"
-            or (bias is not None and bias.dtype != weight.dtype)
-            or (torch.is_grad_enabled() and (weight.requires_grad or input.requires_grad))  # no oneDNN backward
-            or torch.is_autocast_enabled("cpu")  # the oneDNN operator has no autocast rule
-            or torch.compiler.is_compiling()  # nor fake-tensor support; inductor prepacks by itself
-        ):
+        if not self._takes_prepacked_path(input, weight, bias):
             return F.linear(input, weight, bias)
         return torch.ops.mkldnn._linear_pointwise.default(input, self._packed_weight(weight), bias, "none", [], "")
 
-    def _packed_weight(self, weight: torch.Tensor) -> torch.Tensor:
-        source = self._packed_source
-        if (
-            source is None
-            or source.data_ptr() != weight.data_ptr()
-            or source.dtype != weight.dtype
-            or self._packed_version != weight._version
+    @staticmethod
+    def _takes_prepacked_path(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
+        if weight.dtype not in _prepacked_dtypes() or input.dtype != weight.dtype:
+            return False
+        if weight.device.type != "cpu" or weight.is_inference() or weight.numel() == 0:
+            return False  # inference tensors have no version counter to key the copy on; oneDNN rejects empty ones
+        if bias is not None and bias.dtype != weight.dtype:
+            return False
+        if torch.is_grad_enabled() and (
+            weight.requires_grad or input.requires_grad or (bias is not None and bias.requires_grad)
         ):
+            return False  # the oneDNN operator has no backward
+        return not torch.is_autocast_enabled("cpu") and torch.backends.mkldnn.enabled  # no autocast rule either
+
+    def _packed_weight(self, weight: torch.Tensor) -> torch.Tensor:
+        key = (weight.data_ptr(), weight.shape, weight.stride(), weight.dtype, weight._version)
+        if self._packed_key != key:
             self._packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
             self._packed_source = weight.detach()
-            self._packed_version = weight._version
+            self._packed_key = key
         return self._packed
 
     def _apply(self, fn, recurse=True):
-        # `.to()`, `.cuda()`, `.half()`, ...: the packed copy belongs to the old weight (and may hold its memory)
+        # `.to()`, `.cuda()`, `.half()`, ...: the packed copy belongs to the old weight (and would hold its memory)
         self.reset_packed()
         return super()._apply(fn, recurse)
 
     def __getstate__(self):
         # pickling / deepcopy: the packed copy is an opaque oneDNN tensor (no storage); the copy repacks on first use
         state = self.__dict__.copy()
-        state.update(_packed=None, _packed_source=None, _packed_version=-1)
+        state.update(_packed=None, _packed_source=None, _packed_key=None)
         return state
 
     def extra_repr(self) -> str:
@@ -114,13 +120,14 @@ class PrepackedLinear(nn.Linear):
 
 
 def prepack_linear_layers(model: nn.Module) -> nn.Module:
-    """Replace every plain `nn.Linear` of `model` by a `PrepackedLinear` for faster small-batch CPU inference.
+    """Turn every plain `nn.Linear` of `model` into a `PrepackedLinear`, in place, for faster small-batch CPU inference.
 
-    For models run on CPU in float32 or bfloat16 (the verifier and the drafter alike). Parameters are shared, so the
-    state dict, `save_pretrained` and tied weights are unchanged; the packed copies add one weight's worth of memory
-    per layer. Layers that carry forward hooks or an accelerate hook (`_hf_hook`), subclasses of `nn.Linear` and
-    layers whose weight is not a plain `nn.Parameter` (e.g. quantized tensor subclasses) are left as they are. A
-    layer registered under several names is replaced by one `PrepackedLinear`. Calling it twice is harmless.
+    For models run on CPU in float32 or bfloat16 (the verifier and the drafter alike). Each layer keeps its identity:
+    only its class changes (as `torch.nn.utils.parametrize` does), so parameters, hooks, attributes, shared layers,
+    the state dict, `save_pretrained` and tied weights are unchanged; the packed copies add one weight's worth of
+    memory per layer. Layers managed by accelerate (`_hf_hook`, an instance-level `forward`), subclasses of
+    `nn.Linear` (parametrized layers included) and layers whose weight is not a plain `nn.Parameter` (e.g. quantized
+    tensor subclasses) are left as they are. Calling it twice is harmless.
 
     Args:
         model (`nn.Module`): E.g. a transformers `PreTrainedModel` or a `SpecDrafterModel`, on CPU.
@@ -130,42 +137,32 @@ def prepack_linear_layers(model: nn.Module) -> nn.Module:
 
     Raises:
         RuntimeError: when this PyTorch build has no oneDNN (`torch.backends.mkldnn.is_available()` is false).
-        ValueError: when a linear layer's weight is not on the CPU (e.g. on a GPU, or offloaded to `meta`).
+        ValueError: when a linear layer's weight is not on the CPU (e.g. on a GPU, or offloaded to `meta`); the model
+            is then left unchanged.
     """
     if not torch.backends.mkldnn.is_available():
         raise RuntimeError(
             "prepack_linear_layers needs a PyTorch build with oneDNN (torch.backends.mkldnn.is_available() is "
             "False here): run the model as it is."
         )
-    replacements: dict[int, PrepackedLinear] = {}
-    # every name a layer is registered under (named_modules would yield a shared layer once)
-    for path, child in list(model.named_modules(remove_duplicate=False)):
-        if not _replaceable(child):
-            continue
-        if not path:
+    layers = [(name, module) for name, module in model.named_modules() if _replaceable(module)]
+    for name, layer in layers:  # every layer checked before any is changed
+        if layer.weight.device.type != "cpu":
             raise ValueError(
-                "prepack_linear_layers replaces the layers inside a model; `model` is itself an nn.Linear: use "
-                "`PrepackedLinear.from_linear(layer)`."
+                f"prepack_linear_layers is for CPU inference, but `{name or type(model).__name__}` has its weight on "
+                f"{layer.weight.device}: move the model to the CPU first, or run it as it is."
             )
-        if child.weight.device.type != "cpu":
-            raise ValueError(
-                f"prepack_linear_layers is for CPU inference, but `{path}` has its weight on "
-                f"{child.weight.device}: move the model to the CPU first, or run it as it is."
-            )
-        if id(child) not in replacements:
-            replacements[id(child)] = PrepackedLinear.from_linear(child)
-        parent_path, _, name = path.rpartition(".")
-        setattr(model.get_submodule(parent_path), name, replacements[id(child)])
+    for _, layer in layers:
+        layer.__class__ = PrepackedLinear
+        layer.reset_packed()
     return model
 
 
 def _replaceable(module: nn.Module) -> bool:
-    """A plain `nn.Linear` whose computation is exactly `F.linear` on plain parameters, with nothing attached."""
+    """A plain `nn.Linear` computing exactly `F.linear` on plain parameters, not dispatched by accelerate."""
     if type(module) is not nn.Linear:
         return False  # PrepackedLinear itself, and subclasses that may compute something else
-    if module._forward_hooks or module._forward_pre_hooks or hasattr(module, "_hf_hook"):
-        return False  # hooks and accelerate's dispatch would be lost with the module
-    if "forward" in module.__dict__:
-        return False  # an instance-level forward (e.g. set by accelerate) would be lost too
+    if hasattr(module, "_hf_hook") or "forward" in module.__dict__:
+        return False  # accelerate moves its weights per call (and calls the old forward)
     parameters = [module.weight] + ([] if module.bias is None else [module.bias])
     return all(type(parameter) is nn.Parameter for parameter in parameters)

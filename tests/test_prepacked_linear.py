@@ -65,19 +65,71 @@ def test_packed_copy_follows_in_place_changes_and_dtype_moves():
         assert torch.equal(packed(inputs.bfloat16()), torch.ones(6, 40, dtype=torch.bfloat16))
 
 
-def test_dtype_round_trips_and_data_edits_never_leave_a_stale_copy():
-    """A round trip through another dtype frees and reallocates the weight (its address may come back); `.data`
-    edits bypass the version counter and need `reset_packed()`."""
+def test_dtype_round_trips_views_and_data_edits_never_leave_a_stale_copy():
+    """A round trip through another dtype frees and reallocates the weight (its address may come back); a view of
+    the old weight starts at the same address; `.data` edits bypass the version counter and need `reset_packed()`."""
     linear, packed = _pair(torch.float32)
     inputs = torch.randn(6, 48)
     with torch.no_grad():
-        for _ in range(5):
+        for step in range(5):
             packed(inputs)
-            packed.half().float()  # rounds the weight: the result must follow
-            torch.testing.assert_close(packed(inputs), F.linear(inputs, packed.weight, packed.bias))
+            packed.weight.mul_(1.5)
+            packed.half().float()  # new storage, rounded values: the result must follow
+            torch.testing.assert_close(packed(inputs), F.linear(inputs, packed.weight, packed.bias), msg=str(step))
+        packed(inputs)
+        packed.weight = nn.Parameter(packed.weight[:20])  # same address, fewer rows
+        packed.bias = nn.Parameter(packed.bias[:20])
+        assert packed(inputs).shape == (6, 20)
+        square = PrepackedLinear.from_linear(nn.Linear(48, 48))
+        square(inputs)
+        square.weight = nn.Parameter(square.weight.t())  # same address, another layout
+        torch.testing.assert_close(square(inputs), F.linear(inputs, square.weight, square.bias))
         packed.weight.data.mul_(3.0)
         packed.reset_packed()
         torch.testing.assert_close(packed(inputs), F.linear(inputs, packed.weight, packed.bias))
+
+
+def test_trainable_bias_with_a_frozen_weight_gets_its_gradient():
+    linear, packed = _pair(torch.float32)
+    packed.weight.requires_grad_(False)
+    packed(torch.randn(5, 48)).sum().backward()
+    assert packed.bias.grad is not None and torch.equal(packed.bias.grad, torch.full((40,), 5.0))
+
+
+def test_inference_mode_weights_and_empty_layers_fall_back():
+    with torch.inference_mode():
+        linear = nn.Linear(48, 40)
+        packed = PrepackedLinear.from_linear(linear)
+        inputs = torch.randn(5, 48)
+        torch.testing.assert_close(packed(inputs), linear(inputs))
+    empty = PrepackedLinear.from_linear(nn.Linear(48, 40))
+    empty.weight = nn.Parameter(torch.empty(0, 48))
+    empty.bias = nn.Parameter(torch.empty(0))
+    with torch.no_grad():
+        assert empty(torch.randn(5, 48)).shape == (5, 0)
+
+
+def test_compiles_as_nn_linear_in_one_graph():
+    linear, packed = _pair(torch.float32)
+    inputs = torch.randn(5, 48)
+    compiled = torch.compile(packed, backend="eager", fullgraph=True)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(inputs), linear(inputs))
+
+
+def test_without_onednn_nothing_is_prepacked(monkeypatch):
+    linear, packed = _pair(torch.float32)
+    inputs = torch.randn(5, 48)
+    monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
+    _prepacked_dtypes.cache_clear()
+    try:
+        with torch.no_grad():
+            assert torch.equal(packed(inputs), linear(inputs))  # nn.Linear's own computation
+        assert packed._packed is None
+        with pytest.raises(RuntimeError, match="oneDNN"):
+            prepack_linear_layers(nn.Sequential(nn.Linear(4, 4)))
+    finally:
+        _prepacked_dtypes.cache_clear()
 
 
 def test_deepcopy_and_pickle_after_use():
@@ -116,11 +168,12 @@ def test_training_takes_nn_linear_gradients():
 def test_prepacking_a_verifier_keeps_parameters_ties_and_saved_weights(tmp_path):
     verifier = build_verifier("bart").eval()
     state = {name: tensor.clone() for name, tensor in verifier.state_dict().items()}
-    linears = sum(type(m) is nn.Linear for m in verifier.modules())
+    linears = [m for m in verifier.modules() if type(m) is nn.Linear]
     assert prepack_linear_layers(verifier) is verifier
-    assert prepack_linear_layers(verifier) is verifier  # a second call wraps nothing twice
+    assert prepack_linear_layers(verifier) is verifier  # a second call changes nothing
     packed = [m for m in verifier.modules() if isinstance(m, PrepackedLinear)]
-    assert len(packed) == linears and not any(type(m) is nn.Linear for m in verifier.modules())
+    assert len(packed) == len(linears) and all(a is b for a, b in zip(packed, linears, strict=True))  # same objects
+    assert not any(type(m) is nn.Linear for m in verifier.modules())
     assert not any(m.training for m in packed)  # eval mode kept
     assert verifier.get_output_embeddings().weight is verifier.get_input_embeddings().weight  # still tied
     assert verifier.state_dict().keys() == state.keys()
@@ -130,24 +183,32 @@ def test_prepacking_a_verifier_keeps_parameters_ties_and_saved_weights(tmp_path)
         assert torch.equal(tensor, state[name]), name
 
 
-def test_layers_with_hooks_or_subclasses_are_left_alone_and_shared_layers_stay_shared():
+def test_layers_keep_identity_hooks_and_sharing_and_subclasses_are_left_alone():
     class Scaled(nn.Linear):
         pass
 
     shared = nn.Linear(8, 8)
     hooked = nn.Linear(8, 8)
     hooked.register_forward_hook(lambda module, args, output: output * 0)
+    backward_calls = []
+    hooked.register_full_backward_hook(lambda module, grad_input, grad_output: backward_calls.append(1))
+    hooked.note = "kept"
     model = nn.ModuleDict({"a": shared, "b": shared, "hooked": hooked, "subclass": Scaled(8, 8)})
     prepack_linear_layers(model)
-    assert isinstance(model["a"], PrepackedLinear) and model["a"] is model["b"]
-    assert type(model["hooked"]) is nn.Linear and type(model["subclass"]) is Scaled
-    assert torch.equal(model["hooked"](torch.randn(2, 8)), torch.zeros(2, 8))  # its hook still runs
+    assert model["a"] is shared and model["b"] is shared and isinstance(shared, PrepackedLinear)
+    assert model["hooked"] is hooked and isinstance(hooked, PrepackedLinear) and hooked.note == "kept"
+    assert type(model["subclass"]) is Scaled
+    with torch.no_grad():
+        assert torch.equal(hooked(torch.randn(2, 8)), torch.zeros(2, 8))  # its forward hook still runs
+    hooked(torch.randn(2, 8, requires_grad=True)).sum().backward()
+    assert backward_calls == [1]  # and its backward hook
 
 
-def test_weights_off_the_cpu_are_refused():
-    model = nn.Sequential(nn.Linear(8, 8, device="meta"))
+def test_weights_off_the_cpu_are_refused_and_the_model_left_unchanged():
+    model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8, device="meta"))
     with pytest.raises(ValueError, match="CPU"):
         prepack_linear_layers(model)
+    assert all(type(layer) is nn.Linear for layer in model)
 
 
 def test_standard_constructor_builds_a_working_layer():

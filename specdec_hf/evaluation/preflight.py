@@ -100,7 +100,7 @@ def check_models(
         drafter = drafters[strategy.drafter_index]
         path = drafter_paths[strategy.drafter_index]
         config = getattr(drafter, "config", None)
-        limit = getattr(config, "block_size", getattr(drafter, "max_block_size", None))  # None: no limit
+        limit = getattr(drafter, "max_block_size", None)  # None: no limit (the drafting interface's default)
         if limit is not None and strategy.block_size > limit:
             raise ValueError(
                 f"strategy {strategy.name!r} drafts k={strategy.block_size} tokens but drafter {path!r} has "

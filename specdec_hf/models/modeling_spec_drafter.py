@@ -737,9 +737,7 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel, Drafter):
         return None if attention_mask is None else attention_mask.bool()[:, None, None, :]
 
     def _logits(self, hidden_states: torch.Tensor) -> torch.FloatTensor:
-        if type(self.lm_head) is nn.Linear:  # lm_head(hidden_states) + final_logits_bias, in one fused call
-            return F.linear(hidden_states, self.lm_head.weight, self.final_logits_bias[0])
-        # a replaced head (e.g. prepack_linear_layers') runs as itself
+        # through the module, not F.linear on its weight: its hooks, a bias or a prepacked kernel apply
         return self.lm_head(hidden_states) + self.final_logits_bias
 
     # ----------------------------------------------------------------------------------------------------------
