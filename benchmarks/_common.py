@@ -19,11 +19,24 @@ from collections.abc import Sequence
 
 import torch
 import transformers
+from transformers import AutoModelForSeq2SeqLM
 
+from specdec_hf import SpecDrafterModel, prepack_linear_layers
 from specdec_hf.evaluation.interleaved import format_spread, spread
 from specdec_hf.evaluation.machine import cpu_model, load_average
 
-__all__ = ["TimedCall", "print_header", "read_sources", "with_range"]
+__all__ = [
+    "GREEDY_KWARGS",
+    "TimedCall",
+    "add_demo_pair_arguments",
+    "load_demo_pair",
+    "print_header",
+    "read_sources",
+    "with_range",
+]
+
+# greedy decoding of one demo sentence, as the main job runs it (speculative runs add their own arguments)
+GREEDY_KWARGS = dict(do_sample=False, num_beams=1, max_new_tokens=96)
 
 
 def print_header(repeats: int) -> None:
@@ -88,3 +101,40 @@ def read_sources(path, tokenizer, limit: int, seed: int | None = None) -> list:
         range(min(limit, len(lines))) if seed is None else sorted(random.Random(seed).sample(range(len(lines)), limit))
     )
     return [tokenizer(json.loads(lines[row])["translation"]["en"], return_tensors="pt") for row in rows]
+
+
+def add_demo_pair_arguments(parser, limit: int, block_size: int) -> None:
+    """The arguments of the benchmarks that decode demo sentences: the pair, the sentences, the dtypes and k.
+
+    Args:
+        parser (`argparse.ArgumentParser`): Gains `--verifier`, `--drafter`, `--data`, `--limit`, `--dtype` (the
+            verifier's), `--drafter_dtype` and `--block_size`.
+        limit (`int`), block_size (`int`): The benchmark's defaults for `--limit` and `--block_size`.
+    """
+    parser.add_argument("--verifier", default="models/demo-en-de/verifier")
+    parser.add_argument("--drafter", default="models/demo-en-de/drafter")
+    parser.add_argument(
+        "--data", default="models/demo-en-de/heldout_test.jsonl", help="JSON lines with translation.en"
+    )
+    parser.add_argument("--limit", type=int, default=limit, help="Sentences (the first N rows).")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="The verifier's.")
+    parser.add_argument("--drafter_dtype", default="bfloat16", choices=["float32", "bfloat16"])
+    parser.add_argument("--block_size", type=int, default=block_size)
+
+
+def load_demo_pair(args, prepack: bool, attn_implementation: str | None = None):
+    """The verifier and drafter of `add_demo_pair_arguments`' `args`, in eval mode, prepacked if asked.
+
+    Returns:
+        `(verifier, drafter)`; the verifier's stored `max_length` is dropped (`GREEDY_KWARGS` passes `max_new_tokens`,
+        and a stored `max_length` would only make generate() warn).
+    """
+    verifier = AutoModelForSeq2SeqLM.from_pretrained(
+        args.verifier, dtype=getattr(torch, args.dtype), attn_implementation=attn_implementation
+    ).eval()
+    verifier.generation_config.max_length = None
+    drafter = SpecDrafterModel.from_pretrained(args.drafter, dtype=getattr(torch, args.drafter_dtype)).eval()
+    if prepack:
+        prepack_linear_layers(verifier)
+        prepack_linear_layers(drafter)
+    return verifier, drafter

@@ -20,10 +20,10 @@ import time
 from dataclasses import replace
 
 import torch
-from _common import print_header, read_sources, with_range
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DynamicCache, EncoderDecoderCache
+from _common import GREEDY_KWARGS, add_demo_pair_arguments, load_demo_pair, print_header, read_sources, with_range
+from transformers import AutoTokenizer, DynamicCache, EncoderDecoderCache
 
-from specdec_hf import SpecDrafterModel, prepack_linear_layers, speculative_generate
+from specdec_hf import speculative_generate
 from specdec_hf.evaluation import ModuleTimer, TimedDrafter
 from specdec_hf.evaluation.interleaved import interleave, rotation
 
@@ -36,7 +36,6 @@ def split_runs(verifier, drafter, sources, block_size: int, repeats: int) -> dic
     encoder_timer = ModuleTimer([verifier.get_encoder()], CPU)
     decoder_timer = ModuleTimer([verifier.get_decoder(), verifier.get_output_embeddings()], CPU)
     timed_drafter = TimedDrafter(drafter, CPU)
-    greedy_kwargs = dict(do_sample=False, num_beams=1, max_new_tokens=96)
     names = ("greedy", "speculative")
     parts = {name: {part: [0.0] * repeats for part in (*PARTS, "forwards", "calls", "tokens")} for name in names}
     # interleave() calls every name once per (repeat, sentence) step, repeat-major: a name's n-th call belongs to
@@ -49,10 +48,10 @@ def split_runs(verifier, drafter, sources, block_size: int, repeats: int) -> dic
         timed_drafter.total_s, timed_drafter.propose_s, timed_drafter.propose_calls = 0.0, 0.0, 0
         start = time.perf_counter()
         if name == "greedy":
-            output = verifier.generate(**sources[group], **greedy_kwargs)
+            output = verifier.generate(**sources[group], **GREEDY_KWARGS)
         else:
             extra = dict(custom_generate=speculative_generate, drafter=timed_drafter, block_size=block_size)
-            output = verifier.generate(**sources[group], **greedy_kwargs, **extra)
+            output = verifier.generate(**sources[group], **GREEDY_KWARGS, **extra)
         total = time.perf_counter() - start
         record = parts[name]
         r = runs[name] // len(sources)
@@ -142,16 +141,8 @@ def alternation(verifier, drafter, source, block_size: int, rounds: int, calls: 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--verifier", default="models/demo-en-de/verifier")
-    parser.add_argument("--drafter", default="models/demo-en-de/drafter")
-    parser.add_argument(
-        "--data", default="models/demo-en-de/heldout_test.jsonl", help="JSON lines with translation.en"
-    )
-    parser.add_argument("--limit", type=int, default=40, help="Sentences (the first N rows).")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="The verifier's.")
+    add_demo_pair_arguments(parser, limit=40, block_size=8)
     parser.add_argument("--attn_implementation", default=None, help="The verifier's (default: transformers').")
-    parser.add_argument("--drafter_dtype", default="bfloat16", choices=["float32", "bfloat16"])
-    parser.add_argument("--block_size", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument(
@@ -162,14 +153,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     print_header(args.repeats)
 
-    verifier = AutoModelForSeq2SeqLM.from_pretrained(
-        args.verifier, dtype=getattr(torch, args.dtype), attn_implementation=args.attn_implementation
-    ).eval()
-    verifier.generation_config.max_length = None  # max_new_tokens is passed; a stored max_length would only warn
-    drafter = SpecDrafterModel.from_pretrained(args.drafter, dtype=getattr(torch, args.drafter_dtype)).eval()
-    if args.prepack_linear:
-        prepack_linear_layers(verifier)
-        prepack_linear_layers(drafter)
+    verifier, drafter = load_demo_pair(args, prepack=args.prepack_linear, attn_implementation=args.attn_implementation)
     tokenizer = AutoTokenizer.from_pretrained(args.verifier)
     sources = read_sources(args.data, tokenizer, args.limit)
 

@@ -19,11 +19,11 @@ import statistics
 import time
 
 import torch
-from _common import print_header, read_sources, with_range
+from _common import GREEDY_KWARGS, add_demo_pair_arguments, load_demo_pair, print_header, read_sources, with_range
 from torch import nn
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+from transformers import AutoTokenizer
 
-from specdec_hf import PrepackedLinear, SpecDrafterModel, prepack_linear_layers, speculative_generate
+from specdec_hf import PrepackedLinear, speculative_generate
 from specdec_hf.evaluation.interleaved import interleave, paired_speedups, rotation
 
 SHAPES = ((256, 256), (256, 1024), (1024, 256), (256, 8000), (768, 256), (256, 4096))
@@ -58,20 +58,11 @@ def layer_table(dtype: torch.dtype, rounds: int, calls: int) -> None:
         print(f"| {in_features} → {out_features} | " + " | ".join(cells) + " |")
 
 
-def decoding_table(args, dtype: torch.dtype) -> None:
+def decoding_table(args) -> None:
     """Greedy and speculative β=1, plain and prepacked, interleaved per sentence."""
     tokenizer = AutoTokenizer.from_pretrained(args.verifier)
     sources = read_sources(args.data, tokenizer, args.limit)
-    models = {}
-    for variant in ("plain", "prepacked"):
-        verifier = AutoModelForSeq2SeqLM.from_pretrained(args.verifier, dtype=dtype).eval()
-        verifier.generation_config.max_length = None  # max_new_tokens is passed; a stored max_length would only warn
-        drafter = SpecDrafterModel.from_pretrained(args.drafter, dtype=getattr(torch, args.drafter_dtype)).eval()
-        if variant == "prepacked":
-            prepack_linear_layers(verifier)
-            prepack_linear_layers(drafter)
-        models[variant] = (verifier, drafter)
-    greedy_kwargs = dict(do_sample=False, num_beams=1, max_new_tokens=96)
+    models = {variant: load_demo_pair(args, prepack=variant == "prepacked") for variant in ("plain", "prepacked")}
     outputs: dict[str, dict[int, torch.Tensor]] = {}
 
     def run(name: str, group: int) -> float:
@@ -81,7 +72,7 @@ def decoding_table(args, dtype: torch.dtype) -> None:
         if strategy == "speculative":
             extra = dict(custom_generate=speculative_generate, drafter=drafter, block_size=args.block_size)
         start = time.perf_counter()
-        output = verifier.generate(**sources[group], **greedy_kwargs, **extra)
+        output = verifier.generate(**sources[group], **GREEDY_KWARGS, **extra)
         elapsed = time.perf_counter() - start
         outputs.setdefault(name, {})[group] = output
         return elapsed
@@ -122,15 +113,7 @@ def decoding_table(args, dtype: torch.dtype) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--verifier", default="models/demo-en-de/verifier")
-    parser.add_argument("--drafter", default="models/demo-en-de/drafter")
-    parser.add_argument(
-        "--data", default="models/demo-en-de/heldout_test.jsonl", help="JSON lines with translation.en"
-    )
-    parser.add_argument("--limit", type=int, default=60, help="Sentences (the first N rows).")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="The verifier's.")
-    parser.add_argument("--drafter_dtype", default="bfloat16", choices=["float32", "bfloat16"])
-    parser.add_argument("--block_size", type=int, default=4)
+    add_demo_pair_arguments(parser, limit=60, block_size=4)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=9, help="Interleaved rounds of the layer table.")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
@@ -139,11 +122,10 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     print_header(args.repeats)
-    dtype = getattr(torch, args.dtype)
     if not args.skip_layers:
         for layer_dtype in (torch.float32, torch.bfloat16):
             layer_table(layer_dtype, args.rounds, calls=100)
-    decoding_table(args, dtype)
+    decoding_table(args)
 
 
 if __name__ == "__main__":

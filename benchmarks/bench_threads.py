@@ -12,38 +12,24 @@ import argparse
 import time
 
 import torch
-from _common import print_header, read_sources, with_range
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+from _common import GREEDY_KWARGS, add_demo_pair_arguments, load_demo_pair, print_header, read_sources, with_range
+from transformers import AutoTokenizer
 
-from specdec_hf import SpecDrafterModel, prepack_linear_layers, speculative_generate
+from specdec_hf import speculative_generate
 from specdec_hf.evaluation.interleaved import interleave, paired_speedups
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--verifier", default="models/demo-en-de/verifier")
-    parser.add_argument("--drafter", default="models/demo-en-de/drafter")
-    parser.add_argument(
-        "--data", default="models/demo-en-de/heldout_test.jsonl", help="JSON lines with translation.en"
-    )
-    parser.add_argument("--limit", type=int, default=60, help="Sentences (the first N rows).")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="The verifier's.")
-    parser.add_argument("--block_size", type=int, default=4)
+    add_demo_pair_arguments(parser, limit=60, block_size=4)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--plain", action="store_true", help="Without prepack_linear_layers.")
     args = parser.parse_args()
     print_header(args.repeats)
 
-    tokenizer = AutoTokenizer.from_pretrained(args.verifier)
-    verifier = AutoModelForSeq2SeqLM.from_pretrained(args.verifier, dtype=getattr(torch, args.dtype)).eval()
-    verifier.generation_config.max_length = None  # max_new_tokens is passed; a stored max_length would only warn
-    drafter = SpecDrafterModel.from_pretrained(args.drafter, dtype=torch.bfloat16).eval()
-    if not args.plain:
-        prepack_linear_layers(verifier)
-        prepack_linear_layers(drafter)
-    sources = read_sources(args.data, tokenizer, args.limit)
-    greedy_kwargs = dict(do_sample=False, num_beams=1, max_new_tokens=96)
+    verifier, drafter = load_demo_pair(args, prepack=not args.plain)
+    sources = read_sources(args.data, AutoTokenizer.from_pretrained(args.verifier), args.limit)
 
     def run(strategy: str, threads: int, group: int) -> float:
         torch.set_num_threads(threads)
@@ -52,7 +38,7 @@ def main() -> None:
             extra = dict(custom_generate=speculative_generate, drafter=drafter, block_size=args.block_size)
         start = time.perf_counter()
         for source in sources:
-            verifier.generate(**source, **greedy_kwargs, **extra)
+            verifier.generate(**source, **GREEDY_KWARGS, **extra)
         return time.perf_counter() - start
 
     measures = {
@@ -65,7 +51,8 @@ def main() -> None:
         totals = interleave(measures, num_groups=1, repeats=args.repeats, desc="runs")
 
     print(
-        f"\nverifier {args.verifier} ({args.dtype}{', plain' if args.plain else ', prepacked'}), drafter bfloat16, "
+        f"\nverifier {args.verifier} ({args.dtype}{', plain' if args.plain else ', prepacked'}), drafter "
+        f"{args.drafter_dtype}, "
         f"k={args.block_size}, batch 1, {len(sources)} sentences\n"
     )
     print("| threads | greedy (s) | speculative (s) | speculative / greedy |")

@@ -475,7 +475,9 @@ class _GreedyRule:
         return processed  # the rule reads the processed scores themselves
 
     def judge(self, scores, draft, rows, position):
-        return accept_drafts(scores, draft, self.beta, self.tau), scores.argmax(dim=-1)
+        top1 = scores.argmax(dim=-1)  # once: the β=1 rule and the stop token both read it
+        accepted = draft == top1 if self.beta == 1 else accept_drafts(scores, draft, self.beta, self.tau)
+        return accepted, top1
 
     def fresh(self, scores):
         return scores.argmax(dim=-1)
