@@ -29,11 +29,11 @@ from pathlib import Path
 
 import sacrebleu
 import torch
-import torch.nn.functional as F
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import GenerationConfig, MarianConfig, MarianMTModel, PreTrainedTokenizerFast
 
 from specdec_hf.config_parsing import parse_yaml_and_cli
+from specdec_hf.data.vocabulary_layout import pad_last_permutation, relayout_marian_model, relayout_tokenizer
 from specdec_hf.distillation import load_distilled_dataset
 
 logger = logging.getLogger("train_demo_verifier")
@@ -86,6 +86,22 @@ class DemoVerifierArguments:
             "verifier's outputs) instead of data_dir/train.jsonl."
         },
     )
+    init_from: str | None = field(
+        default=None,
+        metadata={
+            "help": "A trained Marian model (directory) to grow this one from: its tokenizer, embeddings and layers "
+            "start the run (progressive stacking, Gong et al. 2019, via the layer maps). A tokenizer with `<pad>` "
+            "at id 0 is first re-laid with `<pad>` last, as in Marian checkpoints."
+        },
+    )
+    encoder_layer_map: str | None = field(
+        default=None,
+        metadata={"help": "With init_from: the source encoder layer of each encoder layer, e.g. `0,1,2,3`."},
+    )
+    decoder_layer_map: str | None = field(
+        default=None,
+        metadata={"help": "With init_from: the source decoder layer of each decoder layer, e.g. `0,1,2,0,1,2`."},
+    )
     resume: bool = field(default=False, metadata={"help": "Continue from `output_dir/checkpoint-last`."})
 
     def __post_init__(self):
@@ -95,6 +111,24 @@ class DemoVerifierArguments:
             raise ValueError("d_model must be divisible by attention_heads")
         if self.max_tokens_per_sentence > self.max_position_embeddings:
             raise ValueError("max_tokens_per_sentence must not exceed max_position_embeddings")
+        for name, depth in (("encoder_layer_map", self.encoder_layers), ("decoder_layer_map", self.decoder_layers)):
+            layer_map = getattr(self, name)
+            if layer_map is None:
+                continue
+            if self.init_from is None:
+                raise ValueError(f"{name} needs init_from (the model whose layers it copies)")
+            if len(parse_layer_map(layer_map)) != depth:
+                raise ValueError(f"{name}={layer_map!r} must name one source layer for each of the {depth} layers")
+        if self.init_from and self.tokenizer_name_or_path:
+            raise ValueError("init_from brings its own tokenizer: leave tokenizer_name_or_path unset")
+
+
+def parse_layer_map(text: str) -> list[int]:
+    """`"0,1,2,0,1,2"` -> `[0, 1, 2, 0, 1, 2]`."""
+    try:
+        return [int(part) for part in str(text).split(",")]
+    except ValueError:
+        raise ValueError(f"a layer map is comma-separated layer indices such as '0,1,2,0,1,2', got {text!r}") from None
 
 
 def parse_args(argv: list[str] | None = None) -> DemoVerifierArguments:
@@ -239,8 +273,74 @@ def build_model(args: DemoVerifierArguments, tokenizer: PreTrainedTokenizerFast)
         eos_token_id=tokenizer.eos_token_id,
         decoder_start_token_id=tokenizer.pad_token_id,
         forced_eos_token_id=tokenizer.eos_token_id,
+        # as in Marian checkpoints: the decoder starts from <pad>, which is never generated
+        bad_words_ids=[[tokenizer.pad_token_id]],
     )
+    with torch.no_grad():
+        model.get_input_embeddings().weight[tokenizer.pad_token_id].zero_()
     return model
+
+
+def load_growth_source(path: str) -> tuple[MarianMTModel, PreTrainedTokenizerFast]:
+    """Loads the model to grow from (float32), re-laid with `<pad>` last when its tokenizer has it elsewhere."""
+    source = MarianMTModel.from_pretrained(path, dtype=torch.float32)
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(path)
+    if tokenizer.pad_token_id != len(tokenizer) - 1:
+        old_ids = pad_last_permutation(len(tokenizer), tokenizer.pad_token_id)
+        tokenizer = relayout_tokenizer(tokenizer, old_ids)
+        relayout_marian_model(source, old_ids, tokenizer)
+        logger.info("re-laid %s with <pad> last (id %d)", path, tokenizer.pad_token_id)
+    return source, tokenizer
+
+
+@torch.no_grad()
+def grow_from(model: MarianMTModel, source: MarianMTModel, args: DemoVerifierArguments) -> None:
+    """
+    Starts `model` from `source`: shared embeddings, output bias and, per the layer maps, copies of its layers.
+
+    Progressive stacking (Gong et al., 2019, "Efficient Training of BERT by Progressively Stacking") initialises a
+    deeper model with copies of a trained shallower one's layers; `decoder_layer_map="0,1,2,0,1,2"` stacks a 3-layer
+    decoder twice. Layers without a map keep their random initialisation.
+    """
+    if source.config.d_model != model.config.d_model or source.config.vocab_size != model.config.vocab_size:
+        raise ValueError(f"init_from {args.init_from}: its width and vocabulary must match this model's")
+    model.get_input_embeddings().weight.copy_(source.get_input_embeddings().weight)
+    model.final_logits_bias.copy_(source.final_logits_bias)
+    for side, layer_map in (("encoder", args.encoder_layer_map), ("decoder", args.decoder_layer_map)):
+        if layer_map is None:
+            continue
+        source_layers = getattr(source.model, side).layers
+        for target, index in zip(getattr(model.model, side).layers, parse_layer_map(layer_map), strict=True):
+            if not 0 <= index < len(source_layers):
+                raise ValueError(f"{side}_layer_map: {args.init_from} has {len(source_layers)} {side} layers")
+            target.load_state_dict(source_layers[index].state_dict())
+
+
+def zero_pad_row_gradient(model: MarianMTModel) -> None:
+    """
+    Keeps the `<pad>` embedding row at zero: the tied LM head sends it gradient (`padding_idx` only protects the
+    lookup), so its gradient is cleared before every optimizer step.
+    """
+    weight = model.get_input_embeddings().weight
+    if weight.grad is not None:
+        weight.grad[model.config.pad_token_id].zero_()
+
+
+def label_smoothed_loss(logits: torch.Tensor, labels: torch.Tensor, epsilon: float, pad_id: int) -> torch.Tensor:
+    """
+    Label-smoothed cross-entropy summed over the counted targets, smoothing over every class but `<pad>`.
+
+    Args:
+        logits (`torch.Tensor` of shape `(batch, tgt_len, vocab)`): The model's scores.
+        labels (`torch.Tensor` of shape `(batch, tgt_len)`): Targets, `-100` where not counted.
+        epsilon (`float`): Label smoothing.
+        pad_id (`int`): The class left out of the smoothing (never a target, never generated).
+    """
+    counted = labels != -100
+    log_probs = torch.log_softmax(logits[counted].float(), dim=-1)  # (num_targets, vocab)
+    nll = -log_probs.gather(-1, labels[counted].unsqueeze(-1)).squeeze(-1)
+    smooth = -(log_probs.sum(-1) - log_probs[:, pad_id]) / (log_probs.size(-1) - 1)
+    return ((1.0 - epsilon) * nll + epsilon * smooth).sum()
 
 
 def inverse_sqrt_schedule(warmup_steps: int):
@@ -350,6 +450,9 @@ def training_function(args: DemoVerifierArguments) -> None:
     if args.resume:
         checkpoint = find_checkpoint(output_dir)
         tokenizer = PreTrainedTokenizerFast.from_pretrained(checkpoint)
+    elif args.init_from:
+        growth_source, tokenizer = load_growth_source(args.init_from)
+        tokenizer.save_pretrained(output_dir / "tokenizer")
     elif args.tokenizer_name_or_path:
         tokenizer = PreTrainedTokenizerFast.from_pretrained(args.tokenizer_name_or_path)
     else:
@@ -363,7 +466,13 @@ def training_function(args: DemoVerifierArguments) -> None:
 
     # 2. Model, optimizer, schedule
     torch.manual_seed(args.seed)
-    model = MarianMTModel.from_pretrained(checkpoint) if args.resume else build_model(args, tokenizer)
+    if args.resume:
+        model = MarianMTModel.from_pretrained(checkpoint)
+    else:
+        model = build_model(args, tokenizer)
+        if args.init_from:
+            grow_from(model, growth_source, args)
+            del growth_source
     model.train()
     optimizer = torch.optim.Adam(model.parameters(), lr=args.learning_rate, betas=(args.adam_beta1, args.adam_beta2))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, inverse_sqrt_schedule(args.warmup_steps))
@@ -427,18 +536,11 @@ def training_function(args: DemoVerifierArguments) -> None:
                 decoder_input_ids=batch["decoder_input_ids"],
             ).logits  # (batch, tgt_len, vocab)
             num_tokens = int((batch["labels"] != -100).sum())
-            loss = (
-                F.cross_entropy(
-                    logits.view(-1, logits.size(-1)),
-                    batch["labels"].view(-1),
-                    ignore_index=-100,
-                    label_smoothing=args.label_smoothing,
-                    reduction="sum",
-                )
-                / num_tokens
-            )
+            loss = label_smoothed_loss(logits, batch["labels"], args.label_smoothing, tokenizer.pad_token_id)
+            loss = loss / num_tokens
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
+            zero_pad_row_gradient(model)
             torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm)
             optimizer.step()
             scheduler.step()

@@ -1,0 +1,109 @@
+"""Re-lays a Marian model's vocabulary so that `<pad>` is the last id, as in real Marian checkpoints.
+
+Marian checkpoints converted from OPUS-MT (e.g. `Helsinki-NLP/opus-mt-en-de`) put `</s>` at id 0, `<unk>` at id 1 and
+`<pad>` last, with an all-zero embedding row for `<pad>` (the decoder starts from it) and `bad_words_ids=[[pad]]` in
+their generation config. Runtimes that convert Marian models (CTranslate2's `TransformersConverter`) rely on that
+layout. A model trained with `<pad>` at id 0 is moved to it by a permutation: the tokenizer's pieces and the
+embedding rows move together, so every text still encodes to the same pieces and decodes to the same string.
+"""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from tokenizers import Tokenizer
+from transformers import MarianMTModel, PreTrainedTokenizerFast
+
+
+def pad_last_permutation(vocab_size: int, pad_id: int) -> list[int]:
+    """
+    The old id of each new id when `pad_id` moves to the end and every later id moves down by one.
+
+    Args:
+        vocab_size (`int`): Number of ids.
+        pad_id (`int`): The pad id in the old layout.
+
+    Returns:
+        `list[int]`: `old_ids[new_id]`, a permutation of `range(vocab_size)` ending with `pad_id`.
+    """
+    if not 0 <= pad_id < vocab_size:
+        raise ValueError(f"pad_id must be in [0, {vocab_size}), got {pad_id}")
+    return [i for i in range(vocab_size) if i != pad_id] + [pad_id]
+
+
+def relayout_tokenizer(tokenizer: PreTrainedTokenizerFast, old_ids: list[int]) -> PreTrainedTokenizerFast:
+    """
+    Returns a copy of a Unigram or BPE/WordLevel fast tokenizer whose ids are permuted by `old_ids`.
+
+    Only the id of each piece changes: the pieces, their scores, the normaliser, the pre-tokenizer and the decoder are
+    kept, so encoding gives the same pieces (mapped to new ids) and decoding the same strings.
+
+    Args:
+        tokenizer (`PreTrainedTokenizerFast`): The tokenizer in the old layout.
+        old_ids (`list[int]`): `old_ids[new_id]`, e.g. from `pad_last_permutation`.
+    """
+    if sorted(old_ids) != list(range(len(tokenizer))):
+        raise ValueError(f"old_ids must be a permutation of range({len(tokenizer)}), the tokenizer's size")
+    new_id = {old: new for new, old in enumerate(old_ids)}
+    spec = json.loads(tokenizer.backend_tokenizer.to_str())
+    model = spec["model"]
+    if model["type"] == "Unigram":
+        model["vocab"] = [model["vocab"][old] for old in old_ids]
+        if model.get("unk_id") is not None:
+            model["unk_id"] = new_id[model["unk_id"]]
+    elif model["type"] in ("BPE", "WordLevel"):
+        model["vocab"] = {piece: new_id[old] for piece, old in model["vocab"].items()}
+    else:
+        raise ValueError(f"re-laying a {model['type']} tokenizer is not supported (Unigram, BPE or WordLevel)")
+    for added in spec.get("added_tokens", []):
+        added["id"] = new_id[added["id"]]
+    spec["added_tokens"] = sorted(spec.get("added_tokens", []), key=lambda added: added["id"])
+    processor = spec.get("post_processor") or {}
+    for special in processor.get("special_tokens", {}).values():
+        special["ids"] = [new_id[old] for old in special["ids"]]
+    backend = Tokenizer.from_str(json.dumps(spec))
+    relaid = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        pad_token=tokenizer.pad_token,
+        eos_token=tokenizer.eos_token,
+        unk_token=tokenizer.unk_token,
+    )
+    relaid.model_max_length = tokenizer.model_max_length
+    return relaid
+
+
+@torch.no_grad()
+def relayout_marian_model(model: MarianMTModel, old_ids: list[int], tokenizer: PreTrainedTokenizerFast) -> None:
+    """
+    Permutes a `MarianMTModel`'s vocabulary rows in place to the layout of `tokenizer` and zeroes the pad row.
+
+    The shared embedding (tied to the LM head) and `final_logits_bias` are permuted; the config's and generation
+    config's special ids are taken from `tokenizer`; the decoder starts from `<pad>` and the generation config bans it
+    (`bad_words_ids=[[pad]]`), as in OPUS-MT checkpoints.
+
+    Args:
+        model (`MarianMTModel`): A model with tied, shared embeddings (`share_encoder_decoder_embeddings=True`).
+        old_ids (`list[int]`): `old_ids[new_id]`.
+        tokenizer (`PreTrainedTokenizerFast`): The re-laid tokenizer (from `relayout_tokenizer`).
+    """
+    if not model.config.share_encoder_decoder_embeddings:
+        raise ValueError("relayout_marian_model needs shared encoder/decoder embeddings")
+    index = torch.tensor(old_ids, device=model.final_logits_bias.device)
+    shared = model.get_input_embeddings()
+    shared.weight.copy_(shared.weight[index])
+    model.final_logits_bias.copy_(model.final_logits_bias[:, index])
+    pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
+    shared.weight[pad].zero_()
+    shared.padding_idx = pad
+    for config in (model.config, model.generation_config):
+        config.pad_token_id = pad
+        config.eos_token_id = eos
+        config.decoder_start_token_id = pad
+        config.forced_eos_token_id = eos
+    model.generation_config.bad_words_ids = [[pad]]
+    for embedding in (model.model.encoder.embed_tokens, model.model.decoder.embed_tokens):
+        embedding.padding_idx = pad
+
+
+__all__ = ["pad_last_permutation", "relayout_marian_model", "relayout_tokenizer"]
