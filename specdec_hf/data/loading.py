@@ -27,6 +27,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, ClassVar
 
 import datasets
 
@@ -129,6 +130,9 @@ class DataArguments:
     else `dataset_name` (a registered name or any Hub id). A registered name combined with `data_files` or `data_dir`
     reads a local copy with that dataset's schema and column mapping.
     """
+
+    # what a YAML config may give beyond the command line's form (`specdec_hf.config_parsing` checks it)
+    config_file_types: ClassVar[dict[str, Any]] = {"data_files": list[str] | dict[str, list[str] | str] | None}
 
     dataset_name: str | None = field(
         default=None,
