@@ -8,7 +8,6 @@ drift over minutes then hits both alike, and ratios are taken per repeat.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import platform
 import random
@@ -22,6 +21,7 @@ import transformers
 from transformers import AutoModelForSeq2SeqLM
 
 from specdec_hf import SpecDrafterModel, prepack_linear_layers
+from specdec_hf.data.local_files import read_jsonl
 from specdec_hf.evaluation.interleaved import format_spread, spread
 from specdec_hf.evaluation.machine import cpu_model, load_average
 
@@ -95,12 +95,13 @@ def read_sources(path, tokenizer, limit: int, seed: int | None = None) -> list:
         limit (`int`): Rows to read: the first `limit`, or with `seed` a random sample of that many, in file order.
         seed (`int`, *optional*): Draw the sample with this seed.
     """
-    with open(path, encoding="utf-8") as handle:
-        lines = handle.read().splitlines()
+    examples = list(read_jsonl(path))  # a malformed line is reported with the file and line number
     rows = (
-        range(min(limit, len(lines))) if seed is None else sorted(random.Random(seed).sample(range(len(lines)), limit))
+        range(min(limit, len(examples)))
+        if seed is None
+        else sorted(random.Random(seed).sample(range(len(examples)), limit))
     )
-    return [tokenizer(json.loads(lines[row])["translation"]["en"], return_tensors="pt") for row in rows]
+    return [tokenizer(examples[row]["translation"]["en"], return_tensors="pt") for row in rows]
 
 
 def add_demo_pair_arguments(parser, limit: int, block_size: int) -> None:

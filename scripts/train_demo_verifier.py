@@ -33,6 +33,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from transformers import GenerationConfig, MarianConfig, MarianMTModel, PreTrainedTokenizerFast
 
 from specdec_hf.config_parsing import parse_yaml_and_cli
+from specdec_hf.data.local_files import read_jsonl
 from specdec_hf.data.vocabulary_layout import pad_last_permutation, relayout_marian_model, relayout_tokenizer
 from specdec_hf.distillation import load_distilled_dataset
 
@@ -143,12 +144,13 @@ def parse_args(argv: list[str] | None = None) -> DemoVerifierArguments:
 def read_pairs(path: Path, limit: int | None = None) -> list[tuple[str, str]]:
     """Reads `(en, de)` pairs from a translation `.jsonl` file."""
     pairs = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            row = json.loads(line)["translation"]
-            pairs.append((row["en"], row["de"]))
-            if limit is not None and len(pairs) >= limit:
-                break
+    for number, row in enumerate(read_jsonl(path), start=1):
+        translation = row.get("translation")
+        if not isinstance(translation, dict) or not {"en", "de"} <= translation.keys():
+            raise ValueError(f'{path}, row {number}: expected {{"translation": {{"en": ..., "de": ...}}}}, got {row}')
+        pairs.append((translation["en"], translation["de"]))
+        if limit is not None and len(pairs) >= limit:
+            break
     return pairs
 
 

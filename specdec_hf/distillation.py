@@ -293,6 +293,7 @@ def load_distilled_dataset(path: str | os.PathLike) -> datasets.Dataset:
     Raises:
         `FileNotFoundError`: `path` is missing or holds an unfinished run (the message says how to finish it).
         `ValueError`: the dataset lacks `input_ids` or `target_ids`.
+        `OSError`: a file of the dataset cannot be read (the message names the directory).
     """
     path = Path(path)
     if not (path / CONFIG_NAME).is_file():
@@ -301,7 +302,13 @@ def load_distilled_dataset(path: str | os.PathLike) -> datasets.Dataset:
             f"{str(path)!r} {state}: run (or rerun, to resume) `python -m specdec_hf.distillation --verifier <verifier> "
             f"--dataset_name <data> --output_dir {path}`"
         )
-    dataset = datasets.load_from_disk(str(path))
+    try:
+        dataset = datasets.load_from_disk(str(path))
+    except (OSError, pa.ArrowException) as err:  # a truncated `data-*.arrow` file: Arrow names no file
+        raise OSError(
+            f"the distilled dataset in {str(path)!r} cannot be read ({err}); one of its files is damaged (e.g. "
+            "truncated by a full disk): rerun the distillation with `--overwrite_output_dir`."
+        ) from err
     missing = [column for column in ("input_ids", "target_ids") if column not in dataset.column_names]
     if missing:
         raise ValueError(f"{str(path)!r} lacks column(s) {missing} (columns: {dataset.column_names})")

@@ -164,3 +164,16 @@ def test_command_line(tmp_path, verifier, tokenizer, data_args):
     config = json.loads((output_dir / CONFIG_NAME).read_text())
     assert result.num_rows == 6 and len(result[0]["target_ids"]) <= 5
     assert config["verifier"] == str(model_dir) and config["data"]["source_lang"] == "en"
+
+
+def test_damaged_distilled_dataset_names_its_directory(tmp_path):
+    """Arrow said "Expected to be able to read 36016 bytes for message body, got 17604", naming nothing."""
+    output_dir = tmp_path / "distilled"
+    datasets.Dataset.from_dict({"input_ids": [[5, 6, 2]] * 500, "target_ids": [[2, 7, 2]] * 500}).save_to_disk(
+        str(output_dir)
+    )
+    (output_dir / CONFIG_NAME).write_text("{}")
+    (arrow_file,) = output_dir.glob("data-*.arrow")
+    arrow_file.write_bytes(arrow_file.read_bytes()[: arrow_file.stat().st_size // 2])
+    with pytest.raises(OSError, match=rf"distilled dataset in '{output_dir}' cannot be read .*--overwrite_output_dir"):
+        load_distilled_dataset(output_dir)

@@ -2,6 +2,7 @@
 
 - `loading`: `load_text_pairs` turns Hub datasets (WMT14, WMT16, CNN/DailyMail, XSum), local files and the Debian
   corpora into one `(id, source, target)` schema;
+- `local_files`: local data files named in their errors (an empty file, a malformed JSON Lines row and its line);
 - `tokenization`: `tokenize_pairs` with the verifier's tokenizer, T5 task prefixes, vocabulary checks;
 - `debian_corpus`: the offline corpus builder (`python -m specdec_hf.data.debian_corpus`).
 """

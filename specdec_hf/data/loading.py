@@ -30,6 +30,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import datasets
+import pyarrow as pa
+from datasets.exceptions import DatasetGenerationError
+
+from .local_files import check_not_empty, explain_read_error
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +59,8 @@ _BUILDERS = {
     ".tsv": ("csv", {"delimiter": "\t", "quoting": 3, "keep_default_na": False}),
 }
 _COMPRESSION_SUFFIXES = (".gz", ".bz2", ".xz", ".zst", ".lz4")
+# The feature `datasets` (4 and later) gives a nested field whose rows differ in shape; none in older versions.
+_JSON_FEATURE = getattr(datasets, "Json", ())
 # Column pairs recognised in local files when no columns are given, in order of preference.
 _DEFAULT_COLUMN_PAIRS = (("source", "target"), ("document", "summary"), ("article", "highlights"))
 
@@ -273,29 +279,40 @@ def load_text_pairs(args: DataArguments, split: str) -> datasets.Dataset:
     raw = raw.flatten()  # nested `translation` dicts become `translation.en` / `translation.de` columns
     source_column, target_column = _resolve_columns(args, raw.column_names)
     id_column = args.id_column or ("id" if "id" in raw.column_names else None)
+    locations = {}
     for role, column in (("source", source_column), ("target", target_column), ("id", id_column)):
-        if column is not None and column not in raw.column_names:
+        locations[role] = None if column is None else _locate(raw, column)
+        if column is not None and locations[role] is None:
             raise ValueError(
                 f"{role} column {column!r} not found in {_describe(args, split)}; columns present: "
                 f"{raw.column_names}. Set `--{role}_column` (dotted for nested fields)."
             )
-    pairs = raw.map(
-        _extract_pairs,
-        batched=True,
-        with_indices=True,
-        remove_columns=raw.column_names,
-        features=PAIR_FEATURES,
-        fn_kwargs={"source_column": source_column, "target_column": target_column, "id_column": id_column},
-        num_proc=args.num_proc,
-        desc=f"Extracting {split} pairs",
-    )
+    try:
+        pairs = raw.map(
+            _extract_pairs,
+            batched=True,
+            with_indices=True,
+            remove_columns=raw.column_names,
+            features=PAIR_FEATURES,
+            fn_kwargs={"locations": locations},
+            num_proc=args.num_proc,
+            desc=f"Extracting {split} pairs",
+        )
+    except UnicodeDecodeError as err:  # pyarrow reads a JSON file's bytes unchecked: they are decoded only here
+        raise ValueError(f"{_describe(args, split)} is not UTF-8 text ({err}): save it as UTF-8.") from err
     skipped = raw.num_rows - pairs.num_rows
     if skipped:
+        row, role = _first_incomplete_row(raw, locations)
+        column = source_column if role == "source" else target_column
         logger.warning(
-            "skipped %d of %d rows of %s with an empty or missing source or target",
+            "skipped %d of %d rows of %s with an empty or missing source or target (the first is row %d, counting "
+            "from 1, whose %s %r is empty or missing)",
             skipped,
             raw.num_rows,
             _describe(args, split),
+            row + 1,
+            role,
+            column,
         )
     return pairs
 
@@ -352,14 +369,25 @@ def _load_files(files: list[str], split: str, args: DataArguments) -> datasets.D
     if suffix not in _BUILDERS:
         raise ValueError(f"cannot read {files[0]!r}: supported formats are {', '.join(_BUILDERS)} (optionally .gz)")
     builder, builder_kwargs = _BUILDERS[suffix]
-    return datasets.load_dataset(
-        builder,
-        data_files={split: files},
-        split=split,
-        cache_dir=args.cache_dir,
-        num_proc=args.num_proc,
-        **builder_kwargs,
-    )
+    for path in files:
+        for match in glob.glob(path) if glob.has_magic(path) else [path]:
+            check_not_empty(match)  # `datasets` reports an empty JSON Lines file as a bare StopIteration
+    try:
+        return datasets.load_dataset(
+            builder,
+            data_files={split: files},
+            split=split,
+            cache_dir=args.cache_dir,
+            num_proc=args.num_proc,
+            **builder_kwargs,
+        )
+    except (DatasetGenerationError, pa.ArrowException, ValueError) as err:
+        # `datasets` names neither the file nor the line: find them (only now, so good files are read once)
+        paths = [match for path in files for match in (glob.glob(path) if glob.has_magic(path) else [path])]
+        explained = explain_read_error(paths, suffix, err)
+        if explained is None:
+            raise
+        raise explained from err
 
 
 def _load_split_dir(directory: Path, split: str, args: DataArguments) -> datasets.Dataset:
@@ -453,27 +481,74 @@ def _resolve_columns(args: DataArguments, columns: list[str]) -> tuple[str, str]
             f"rows hold translations ({nested}): set `--source_lang` and `--target_lang` "
             f"(e.g. `--source_lang {nested[0].split('.', 1)[1]}`)"
         )
+    for pair in _DEFAULT_COLUMN_PAIRS:
+        present = [column for column in pair if column in columns]
+        if len(present) == 1:
+            (missing,) = set(pair) - set(present)
+            raise ValueError(
+                f"the rows have a `{present[0]}` column but no `{missing}` column (columns present: {columns}): add "
+                f"`{missing}` to every row, or set `--source_column` and `--target_column`"
+            )
     raise ValueError(
         f"cannot tell which columns hold the texts (columns present: {columns}); set `--source_column` and "
         f"`--target_column`, or name them `source` and `target`"
     )
 
 
-def _extract_pairs(
-    batch: dict[str, list], indices: list[int], source_column: str, target_column: str, id_column: str | None
-) -> dict[str, list[str]]:
+def _locate(raw: datasets.Dataset, column: str) -> tuple[str, tuple[str, ...]] | None:
+    """Where a (dotted) column's values are: the column itself, or keys inside a JSON column, or None.
+
+    `datasets` keeps a nested field whose rows differ in shape (`{"translation": {"en": ...}}` in some rows,
+    `{"en": ..., "de": ...}` in others) as one JSON column, which `flatten()` leaves whole.
+    """
+    if column in raw.column_names:
+        return column, ()
+    parts = column.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        prefix = ".".join(parts[:cut])
+        if prefix in raw.column_names and isinstance(raw.features[prefix], _JSON_FEATURE):
+            return prefix, tuple(parts[cut:])
+    return None
+
+
+def _values(batch: dict[str, list], location: tuple[str, tuple[str, ...]]) -> list:
+    """A located column's values in a batch (None where a row lacks the nested key)."""
+    column, keys = location
+    values = batch[column]
+    for key in keys:
+        values = [value.get(key) if isinstance(value, dict) else None for value in values]
+    return values
+
+
+def _is_text(value) -> bool:
+    return value is not None and bool(str(value).strip())
+
+
+def _extract_pairs(batch: dict[str, list], indices: list[int], locations: dict) -> dict[str, list[str]]:
     """Batched map: renames the columns to the common schema and drops rows with an empty or missing text."""
-    ids = batch[id_column] if id_column is not None else indices
+    ids = _values(batch, locations["id"]) if locations["id"] is not None else indices
     out = {"id": [], "source": [], "target": []}
-    for row_id, source, target in zip(ids, batch[source_column], batch[target_column], strict=True):
-        if source is None or target is None:
-            continue
-        source, target = str(source), str(target)
-        if source.strip() and target.strip():
+    rows = zip(ids, _values(batch, locations["source"]), _values(batch, locations["target"]), strict=True)
+    for row_id, source, target in rows:
+        if _is_text(source) and _is_text(target):
             out["id"].append(str(row_id))
-            out["source"].append(source)
-            out["target"].append(target)
+            out["source"].append(str(source))
+            out["target"].append(str(target))
     return out
+
+
+def _first_incomplete_row(raw: datasets.Dataset, locations: dict) -> tuple[int, str]:
+    """The index of the first row with an empty or missing text, and which (`"source"` or `"target"`)."""
+    start = 0
+    for batch in raw.iter(batch_size=1_000):
+        sources, targets = _values(batch, locations["source"]), _values(batch, locations["target"])
+        for offset, (source, target) in enumerate(zip(sources, targets, strict=True)):
+            if not _is_text(source):
+                return start + offset, "source"
+            if not _is_text(target):
+                return start + offset, "target"
+        start += len(sources)
+    raise AssertionError("no incomplete row although rows were skipped")
 
 
 def _describe(args: DataArguments, split: str) -> str:

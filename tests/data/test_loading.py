@@ -5,6 +5,7 @@ the errors for bad input. Nothing here touches the network: Hub loaders are exer
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 import logging
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 from transformers import HfArgumentParser
 
 from specdec_hf.data import KNOWN_DATASETS, DataArguments, load_text_pair_splits, load_text_pairs
+from specdec_hf.data.local_files import read_jsonl as read_jsonl_rows
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 CONFIGS = Path(__file__).parent.parent.parent / "configs" / "data"
@@ -277,3 +279,71 @@ def test_bad_files_raise_clear_errors(tmp_path, mt_rows):
         load(tmp_path, "test", data_files={"train": path})
     with pytest.raises(ValueError, match="supported formats are"):
         load(tmp_path, data_files=str(tmp_path / "pairs.txt"))
+
+
+def test_malformed_json_lines_row_names_the_file_and_line(tmp_path, mt_rows):
+    """`datasets` said "An error occurred while generating the dataset" (its cause: a position, no file, no line)."""
+    path = tmp_path / "broken.jsonl"
+    path.write_text(json.dumps(mt_rows[0]) + "\n\n" + '{"translation": {"en": "Open the file", "de": \n')
+    with pytest.raises(ValueError, match=rf"data file '{path}', line 3: not valid JSON .*fix or remove that line"):
+        load(tmp_path, data_files=str(path), source_lang="en", target_lang="de")
+    array = tmp_path / "array.jsonl"
+    array.write_text(json.dumps(mt_rows[0]) + "\n[1, 2]\n")
+    with pytest.raises(ValueError, match=r"array\.jsonl', line 2: a JSON Lines row must be an object"):
+        load(tmp_path, data_files=str(array), source_lang="en", target_lang="de")
+    latin1 = tmp_path / "latin1.jsonl"
+    latin1.write_bytes(json.dumps({"source": "Größe", "target": "size"}, ensure_ascii=False).encode("latin-1"))
+    with pytest.raises(ValueError, match=r"latin1\.jsonl'\] \[train\] is not UTF-8 text"):
+        load(tmp_path, data_files=str(latin1))
+
+
+@pytest.mark.parametrize("content", ["", "\n\n  \n"])
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv", ".tsv", ".jsonl.gz"])
+def test_empty_file_is_named(tmp_path, content, suffix):
+    """An empty `.jsonl` raised a bare StopIteration from `datasets`; blank lines "corresponds to no data!"."""
+    path = tmp_path / f"empty{suffix}"
+    if suffix.endswith(".gz"):
+        with gzip.open(path, "wt") as handle:
+            handle.write(content)
+    else:
+        path.write_text(content)
+    with pytest.raises(ValueError, match=rf"data file '{path}' is empty \(no rows, or only blank lines\)"):
+        load(tmp_path, "test", data_files=[f"test={path}"], source_column="source", target_column="target")
+
+
+def test_row_lacking_its_target_key_is_reported_as_a_missing_target(tmp_path, mt_rows, caplog):
+    """Rows of mixed shape become one JSON column in `datasets`, once reported as "source column not found"."""
+    rows = [mt_rows[0], {"translation": {"en": "Open the file."}}, mt_rows[2], {"translation": {"de": "Nur Deutsch"}}]
+    path = write_jsonl(tmp_path / "mixed.jsonl", rows)
+    with caplog.at_level(logging.WARNING, logger="specdec_hf.data.loading"):
+        dataset = load(tmp_path, data_files=path, source_lang="en", target_lang="de")
+    assert pairs(dataset) == [tuple(row["translation"][lang] for lang in ("en", "de")) for row in (rows[0], rows[2])]
+    assert "skipped 2 of 4 rows" in caplog.text
+    assert "the first is row 2, counting from 1, whose target 'translation.de' is empty or missing" in caplog.text
+    no_target = write_jsonl(tmp_path / "en_only.jsonl", [{"translation": {"en": "Hello ."}}] * 2)
+    with pytest.raises(ValueError, match=r"target column 'translation\.de' not found"):
+        load(tmp_path, data_files=no_target, source_lang="en", target_lang="de")
+    flat = write_jsonl(tmp_path / "flat.jsonl", [{"source": "Hello ."}])
+    with pytest.raises(ValueError, match=r"a `source` column but no `target` column"):
+        load(tmp_path, data_files=flat)
+
+
+def test_unreadable_parquet_and_csv_files_are_named(tmp_path, flat_rows):
+    parquet = tmp_path / "pairs.parquet"
+    datasets.Dataset.from_list(flat_rows).to_parquet(str(parquet))
+    parquet.write_bytes(parquet.read_bytes()[: parquet.stat().st_size // 2])
+    with pytest.raises(ValueError, match=rf"data file '{parquet}' is not a readable Parquet file.*truncated"):
+        load(tmp_path, data_files=str(parquet))
+    quoted = tmp_path / "pairs.csv"
+    quoted.write_text('source,target\n"an unclosed quote,b\n')
+    with pytest.raises(ValueError, match=rf"cannot read '{quoted}' as comma-separated text: ParserError"):
+        load(tmp_path, data_files=str(quoted))
+
+
+def test_read_jsonl_names_the_file_and_line(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"a": 1}\n\n{"a": 2\n')
+    rows = read_jsonl_rows(path)
+    assert next(rows) == {"a": 1}
+    with pytest.raises(ValueError, match=r"rows\.jsonl', line 3: not valid JSON"):
+        next(rows)
