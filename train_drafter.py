@@ -33,6 +33,7 @@ from transformers import AutoModelForSeq2SeqLM, get_scheduler
 from specdec_hf import SpecDrafterModel
 from specdec_hf.config_parsing import parse_yaml_and_cli
 from specdec_hf.distillation import load_distilled_dataset
+from specdec_hf.model_files import load_pretrained
 from specdec_hf.training import (
     DistilledBatchCollator,
     DrafterTrainingArguments,
@@ -41,7 +42,7 @@ from specdec_hf.training import (
     evaluate_drafter,
     find_latest_checkpoint,
     frequent_token_ids,
-    read_training_state,
+    load_checkpoint,
     save_checkpoint_atomically,
     token_counts,
     token_coverage,
@@ -101,7 +102,9 @@ def build_drafter(args: DrafterTrainingArguments, verifier, train: datasets.Data
                 "`draft_vocab_size` chooses the head of a new drafter; a continued drafter keeps its own. Drop one of "
                 "`draft_vocab_size` and `drafter_name_or_path`."
             )
-        drafter = SpecDrafterModel.from_pretrained(args.drafter_name_or_path, dtype=torch.float32)
+        drafter = load_pretrained(
+            SpecDrafterModel.from_pretrained, args.drafter_name_or_path, "drafter_name_or_path", dtype=torch.float32
+        )
         if args.drafter_config or args.block_size != drafter.config.block_size:
             raise ValueError(
                 f"drafter_name_or_path continues a drafter with block_size {drafter.config.block_size} and its own config: "
@@ -152,7 +155,9 @@ def training_function(args: DrafterTrainingArguments) -> dict:
         accelerator.init_trackers("spec_drafter", config={k: str(v) for k, v in asdict(args).items()})
 
     # float32 master copy whatever the stored dtype (a shipped model may be half precision); autocast does the rest
-    verifier = AutoModelForSeq2SeqLM.from_pretrained(args.verifier_name_or_path, dtype=torch.float32)
+    verifier = load_pretrained(
+        AutoModelForSeq2SeqLM.from_pretrained, args.verifier_name_or_path, "verifier_name_or_path", dtype=torch.float32
+    )
     verifier = verifier.eval().to(accelerator.device)
     verifier.requires_grad_(False)
     # the evaluation passes max_new_tokens; a checkpoint's max_length would only make generate() warn every call
@@ -195,8 +200,7 @@ def training_function(args: DrafterTrainingArguments) -> dict:
         )
         if checkpoint is None:
             raise FileNotFoundError(f"--resume_from_checkpoint latest: no complete checkpoint in {output_dir}.")
-        accelerator.load_state(str(checkpoint))
-        state = read_training_state(checkpoint)
+        state = load_checkpoint(accelerator, checkpoint)
         logger.info(f"resumed from {checkpoint} at step {state['step']}", main_process_only=True)
 
     # redirected to a file, a bar would flood it: the periodic log lines report progress instead

@@ -50,6 +50,7 @@ from .config_parsing import parse_yaml_and_cli
 from .data.loading import DataArguments, load_text_pairs
 from .data.padding import pad_token_ids
 from .data.tokenization import check_tokenizer_matches, default_source_prefix, tokenize_pairs
+from .model_files import load_pretrained
 
 logger = logging.getLogger(__name__)
 
@@ -460,8 +461,12 @@ def run_distillation(data_args: DataArguments, args: DistillationArguments) -> d
     # one process per device under `accelerate launch` / torchrun (a single plain process otherwise)
     state = PartialState(cpu=args.device == "cpu")
     device = args.device or state.device
-    verifier = AutoModelForSeq2SeqLM.from_pretrained(args.verifier, dtype=_DTYPES[args.dtype]).to(device).eval()
-    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or args.verifier)
+    verifier = load_pretrained(
+        AutoModelForSeq2SeqLM.from_pretrained, args.verifier, "--verifier", dtype=_DTYPES[args.dtype]
+    )
+    verifier = verifier.to(device).eval()
+    tokenizer_argument = "tokenizer" if args.tokenizer else "verifier"
+    tokenizer = load_pretrained(AutoTokenizer.from_pretrained, args.tokenizer or args.verifier, tokenizer_argument)
     source_prefix = args.source_prefix
     if source_prefix is None:
         source_prefix = default_source_prefix(verifier.config.model_type, data_args.task, *(data_args.languages or ()))

@@ -121,6 +121,18 @@ def test_resuming_a_finished_run_keeps_its_evaluation(workspace):
     assert "not measured" not in (workspace / "finished" / "README.md").read_text()
 
 
+def test_resuming_from_a_truncated_optimizer_state_names_the_file_and_the_previous_checkpoint(workspace):
+    """torch alone said "PytorchStreamReader failed reading zip archive: failed finding central directory"."""
+    config = write_config(workspace, "damaged", max_steps=2, checkpointing_steps=1)
+    train_drafter.main(["--config", str(config)])
+    optimizer_state = workspace / "damaged" / "checkpoint-2" / "optimizer.bin"
+    optimizer_state.write_bytes(optimizer_state.read_bytes()[:-200])
+    resume = ["--config", str(config), "--max_steps", "3", "--resume_from_checkpoint", "latest"]
+    previous = workspace / "damaged" / "checkpoint-1"
+    with pytest.raises(RuntimeError, match=rf"{optimizer_state} cannot be read.*--resume_from_checkpoint {previous}"):
+        train_drafter.main(resume)
+
+
 def test_trained_drafter_beats_untrained(workspace):
     metrics = train_drafter.main(["--config", str(write_config(workspace, "longer", max_steps=80, eval_steps=80))])
     verifier = AutoModelForSeq2SeqLM.from_pretrained(workspace / "verifier").eval()

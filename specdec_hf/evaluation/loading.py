@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
+from ..model_files import load_pretrained
 from ..models import SpecDrafterModel
 from ..prepacked_linear import prepack_linear_layers
 from .arguments import EvaluationArguments
@@ -39,14 +40,24 @@ def resolve_device(name: str) -> torch.device:
 def load_models(args: EvaluationArguments, device: torch.device) -> EvaluationModels:
     """Load every model of `args` onto `device` in `args.dtype`, frozen and in eval mode."""
     dtype = _DTYPES[args.dtype]
-    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_name_or_path or args.verifier_name_or_path)
+    tokenizer = load_pretrained(
+        AutoTokenizer.from_pretrained,
+        args.tokenizer_name_or_path or args.verifier_name_or_path,
+        "tokenizer_name_or_path" if args.tokenizer_name_or_path else "verifier_name_or_path",
+    )
     attention = {} if args.attn_implementation is None else {"attn_implementation": args.attn_implementation}
-    verifier = AutoModelForSeq2SeqLM.from_pretrained(args.verifier_name_or_path, dtype=dtype, **attention)
+    load_seq2seq = AutoModelForSeq2SeqLM.from_pretrained
+    verifier = load_pretrained(
+        load_seq2seq, args.verifier_name_or_path, "verifier_name_or_path", dtype=dtype, **attention
+    )
     drafter_dtype = _DTYPES[args.drafter_dtype or args.dtype]
-    drafters = [SpecDrafterModel.from_pretrained(path, dtype=drafter_dtype) for path in args.drafters]
+    drafters = [
+        load_pretrained(SpecDrafterModel.from_pretrained, path, "drafters", dtype=drafter_dtype)
+        for path in args.drafters
+    ]
     assistant = None
     if any(strategy.kind == "assisted" for strategy in args.resolved_strategies):
-        assistant = AutoModelForSeq2SeqLM.from_pretrained(args.assistant_model, dtype=dtype, **attention)
+        assistant = load_pretrained(load_seq2seq, args.assistant_model, "assistant_model", dtype=dtype, **attention)
     for model in [verifier, *drafters] + ([assistant] if assistant is not None else []):
         model.to(device).eval().requires_grad_(False)
         if args.prepack_linear:

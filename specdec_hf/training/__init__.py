@@ -2,7 +2,7 @@
 
 from .arguments import DrafterTrainingArguments
 from .block_examples import BlockExamples, choose_split_lengths, every_split_labels, sample_block_examples
-from .checkpointing import find_latest_checkpoint, read_training_state, save_checkpoint_atomically
+from .checkpointing import find_latest_checkpoint, load_checkpoint, read_training_state, save_checkpoint_atomically
 from .collator import DistilledBatchCollator
 from .drafter_evaluation import evaluate_drafter
 from .glancing import glancing_targets
@@ -28,6 +28,7 @@ __all__ = [
     "frequent_token_ids",
     "fit_drafter_in_memory",
     "glancing_targets",
+    "load_checkpoint",
     "read_training_state",
     "sample_block_examples",
     "save_checkpoint_atomically",

@@ -7,7 +7,9 @@ import re
 import shutil
 from pathlib import Path
 
-__all__ = ["find_latest_checkpoint", "read_training_state", "save_checkpoint_atomically"]
+from ..model_files import find_damaged_file
+
+__all__ = ["find_latest_checkpoint", "load_checkpoint", "read_training_state", "save_checkpoint_atomically"]
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 _STATE_FILE = "training_state.json"
@@ -66,3 +68,51 @@ def read_training_state(checkpoint: str | Path) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"{checkpoint} is not a complete checkpoint (no {_STATE_FILE}).")
     return json.loads(path.read_text())
+
+
+def load_checkpoint(accelerator, checkpoint: str | Path) -> dict:
+    """Restore `checkpoint` into `accelerator` (`load_state`) and return its extra training state.
+
+    A damaged file (truncated by a full disk, or a copy cut short) is named, with the previous complete checkpoint
+    to resume from instead; torch alone reports "failed finding central directory" without the file.
+
+    Args:
+        accelerator (`accelerate.Accelerator`): The one the checkpoint was saved with (same objects registered).
+        checkpoint: A directory written by `save_checkpoint_atomically`.
+
+    Raises:
+        `FileNotFoundError`: `checkpoint` is not a complete checkpoint.
+        `RuntimeError`: a file of the checkpoint cannot be read (the message names it and the way out).
+    """
+    checkpoint = Path(checkpoint)
+    state = read_training_state(checkpoint)  # first: an incomplete checkpoint is reported as such
+    try:
+        accelerator.load_state(str(checkpoint))
+    except Exception as err:  # whatever torch or safetensors raised: name the damaged file, else let it through
+        damaged = find_damaged_file(checkpoint)
+        if damaged is None:
+            raise
+        file, problem = damaged
+        earlier = [
+            path
+            for path in _checkpoints(checkpoint.parent)
+            if (path / _STATE_FILE).is_file() and path.resolve() != checkpoint.resolve()
+        ]
+        if _step(checkpoint) is not None:
+            earlier = [path for path in earlier if _step(path) < _step(checkpoint)]
+        fix = (
+            f"resume from the previous checkpoint instead (`--resume_from_checkpoint {earlier[-1]}`), or delete "
+            f"{checkpoint} and resume from `latest`"
+            if earlier
+            else "no earlier checkpoint is left: train again without `--resume_from_checkpoint`"
+        )
+        raise RuntimeError(
+            f"cannot resume from {checkpoint}: {file} cannot be read ({problem}); it is probably truncated (a full "
+            f"disk, or a copy cut short). {fix[0].upper()}{fix[1:]}."
+        ) from err
+    return state
+
+
+def _step(checkpoint: Path) -> int | None:
+    match = _CHECKPOINT.match(checkpoint.name)
+    return int(match.group(1)) if match else None

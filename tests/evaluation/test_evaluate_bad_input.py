@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 from eval_fixtures import FIXTURE
@@ -138,3 +139,20 @@ def test_limit_seed_draws_rows_at_random_in_data_order(base_argv, monkeypatch):
     positions = [all_sources.index(source) for source in drawn["sources"]]
     assert positions == sorted(positions)
     assert "8 rows drawn at random (seed 3)" in drawn["description"]
+
+
+def test_missing_drafter_directory_is_not_a_hub_error(base_argv, tmp_path, monkeypatch):
+    """It said "Repo id must be in the form 'repo_name' or 'namespace/repo_name'" (or, offline, that it could not
+    connect to huggingface.co)."""
+    missing = str(tmp_path / "runs" / "drafter")
+    with pytest.raises(FileNotFoundError, match=rf"`drafters` '{missing}': no such directory, and not a Hub id"):
+        evaluate(replace_option(base_argv, "--drafters", missing))
+
+
+def test_truncated_drafter_weights_are_named(base_argv, eval_models, tmp_path):
+    damaged = tmp_path / "drafter"
+    shutil.copytree(eval_models["drafter"], damaged)
+    weights = damaged / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    with pytest.raises(OSError, match=rf"{weights} cannot be read \(SafetensorError.*truncated"):
+        evaluate(replace_option(base_argv, "--drafters", str(damaged)))

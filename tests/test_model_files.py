@@ -1,0 +1,73 @@
+"""Models, tokenizers and checkpoints read from disk: a missing directory or a damaged file is named."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import build_verifier
+
+from specdec_hf import SpecDrafterModel, model_files
+from specdec_hf.model_files import find_damaged_file, load_pretrained
+
+
+@pytest.fixture(scope="module")
+def drafter_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("drafter")
+    SpecDrafterModel.from_verifier(build_verifier("bart"), block_size=4, decoder_layers=1).save_pretrained(directory)
+    return directory
+
+
+def truncate(path, keep: float = 0.5) -> None:
+    path.write_bytes(path.read_bytes()[: int(path.stat().st_size * keep)])
+
+
+def test_truncated_safetensors_is_named(drafter_dir, tmp_path):
+    """safetensors alone said "incomplete metadata, file not fully covered", naming no file."""
+    damaged = tmp_path / "drafter"
+    damaged.mkdir()
+    for file in drafter_dir.iterdir():
+        (damaged / file.name).write_bytes(file.read_bytes())
+    assert isinstance(load_pretrained(SpecDrafterModel.from_pretrained, str(damaged), "drafters"), SpecDrafterModel)
+    truncate(damaged / "model.safetensors")
+    with pytest.raises(
+        OSError, match=rf"`drafters` '{damaged}': {damaged}/model.safetensors cannot be read .*truncated"
+    ):
+        load_pretrained(SpecDrafterModel.from_pretrained, str(damaged), "drafters")
+
+
+@pytest.mark.parametrize("offline", [True, False])
+def test_missing_local_directory_is_not_reported_as_a_hub_problem(monkeypatch, tmp_path, offline):
+    """Offline, transformers said "We couldn't connect to 'https://huggingface.co'", or for a path of three parts
+    "Repo id must be in the form 'repo_name' or 'namespace/repo_name'"."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(model_files, "_hub_offline", lambda: offline)
+    for name in ("models/demo-en-de/drafterx", str(tmp_path / "missing"), "../missing"):
+        with pytest.raises(FileNotFoundError, match=rf"`drafters` '{name}': no such directory.*not a Hub id either"):
+            load_pretrained(SpecDrafterModel.from_pretrained, name, "drafters")
+    calls = []
+    if offline:  # a name that could be a Hub id, but offline mode and nothing of that name in the cache
+        with pytest.raises(FileNotFoundError, match=r"'runs/drafter': no such directory \(relative to .*offline mode"):
+            load_pretrained(calls.append, "runs/drafter", "drafters")
+    else:  # online, such a name is the Hub's to resolve
+        load_pretrained(calls.append, "runs/drafter", "drafters")
+    assert calls == ([] if offline else ["runs/drafter"])
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(NotADirectoryError, match=r"'config.json' is a file: give the directory"):
+        load_pretrained(calls.append, "config.json", "drafters")
+
+
+def test_damaged_torch_archives_are_found_and_intact_files_pass(tmp_path):
+    torch.save({"state": {0: {"exp_avg": torch.ones(64, 64)}}}, tmp_path / "optimizer.bin")
+    torch.save({"step": 3}, tmp_path / "legacy.bin", _use_new_zipfile_serialization=False)  # no checksums to test
+    assert find_damaged_file(tmp_path) is None
+    truncate(tmp_path / "optimizer.bin")
+    file, problem = find_damaged_file(tmp_path)
+    assert file == tmp_path / "optimizer.bin" and "not a complete torch.save archive" in problem
+
+
+def test_loading_errors_that_are_not_damage_pass_through_unchanged(drafter_dir):
+    def failing_loader(name, **kwargs):
+        raise ValueError("the loader's own complaint")
+
+    with pytest.raises(ValueError, match="the loader's own complaint"):
+        load_pretrained(failing_loader, str(drafter_dir), "drafters")
