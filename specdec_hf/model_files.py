@@ -120,4 +120,4 @@ def _check_hub_id(name: str, argument: str) -> None:
 
 def _hub_offline() -> bool:
     """Whether the Hub may not be reached (HF_HUB_OFFLINE); a function so that tests can take either side."""
-    return huggingface_hub.is_offline_mode()
+    return huggingface_hub.constants.HF_HUB_OFFLINE  # HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE, read at import
