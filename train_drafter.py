@@ -305,6 +305,7 @@ def _save_final(accelerator, drafter, args: DrafterTrainingArguments, steps: int
         steps,
         metrics,
         objective=args.loss_settings().describe(model.config.block_size),
+        model_name=args.hub_model_id,
     )
     logger.info(f"saved the drafter to {args.output_dir}")
     if args.push_to_hub:

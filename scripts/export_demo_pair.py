@@ -18,9 +18,11 @@ import shutil
 from pathlib import Path
 
 import torch
+from huggingface_hub import ModelCard
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from specdec_hf import SpecDrafterModel
+from specdec_hf.training import drafter_card_data
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 NOTICE = """Sources and licences of heldout_test.jsonl (sentences from the test split of the corpus built by
@@ -31,6 +33,7 @@ NOTICE = """Sources and licences of heldout_test.jsonl (sentences from the test 
   (Debian Description Translation Project), under the licences of the respective packages in Debian main.
 """
 
+DRAFTER_DATA = "Debian en->de corpus (Ding, LibreOffice help, DDTP), targets distilled from the verifier (greedy)"
 VERIFIER_CARD = """---
 language: [en, de]
 library_name: transformers
@@ -112,6 +115,19 @@ def export_drafter(
     for name in ("README.md", "eval_results.json"):
         if (source / name).exists():
             shutil.copy(source / name, target / name)
+    if (target / "README.md").exists():  # the training run's card, its metadata redone for the shipped verifier
+        refresh_drafter_card_metadata(target, verifier_path)
+
+
+def refresh_drafter_card_metadata(drafter_dir: Path, verifier_path: str) -> None:
+    """Rewrite the metadata of a drafter's card (keeping its text) from its `eval_results.json`."""
+    results_file = drafter_dir / "eval_results.json"
+    results = json.loads(results_file.read_text()) if results_file.exists() else {}
+    card = ModelCard.load(drafter_dir / "README.md")
+    card.data = drafter_card_data(
+        verifier_path, results, DRAFTER_DATA, model_name=f"specdec_hf-demo-{drafter_dir.name}"
+    )
+    card.save(drafter_dir / "README.md")
 
 
 def export_heldout(corpus_test: Path, target: Path, rows: int, seed: int) -> None:

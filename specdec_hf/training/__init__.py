@@ -9,7 +9,7 @@ from .glancing import glancing_targets
 from .in_memory import distill_greedy_outputs, fit_drafter_in_memory
 from .length_grouping import LengthGroupedSampler
 from .loss import DrafterLossSettings, VerifierTeacherOutputs, drafter_training_loss, verifier_teacher_outputs
-from .model_card import write_model_card
+from .model_card import drafter_card_data, write_model_card
 from .vocabulary import frequent_token_ids, token_counts, token_coverage
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "choose_split_lengths",
     "drafter_training_loss",
     "distill_greedy_outputs",
+    "drafter_card_data",
     "evaluate_drafter",
     "every_split_labels",
     "find_latest_checkpoint",
