@@ -10,6 +10,10 @@ CPU freezing pass prepack weights too; this module does only that, with oneDNN o
 (`torch.ops.mkldnn`, private to PyTorch: resolved lazily and only where oneDNN is built in), for models run eagerly
 by `generate()`.
 
+Those operators exist for Inductor and carry no compatibility promise, so they are looked up and tried once, on a
+tiny layer, before any layer uses them (`_onednn_operators`): if one is missing, renamed or fails, or fails later on
+a real layer, every layer runs `nn.Linear`'s own computation from then on, with one warning.
+
 `prepack_linear_layers(model)` is a call the user makes on their own model; nothing here changes a model otherwise.
 It turns each plain `nn.Linear` into a `PrepackedLinear` in place (its class only: parameters, hooks, state dict,
 saving and tied weights unchanged). Results match `nn.Linear`'s up to summation order: in float32 about 1e-6 apart; in bfloat16 they
@@ -19,7 +23,9 @@ models prepacked alike.
 
 from __future__ import annotations
 
-import functools
+import warnings
+from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -28,13 +34,71 @@ from torch import nn
 __all__ = ["PrepackedLinear", "prepack_linear_layers"]
 
 
-@functools.cache
-def _prepacked_dtypes() -> tuple[torch.dtype, ...]:
-    """The dtypes oneDNN runs here: none without oneDNN; bfloat16 only on CPUs it supports (AVX512 and newer)."""
+class _OneDNNOperators(NamedTuple):
+    """The private operators the prepacked path calls, and the dtypes they run here (bfloat16 only on CPUs that
+    support it: AVX512 and newer)."""
+
+    reorder_linear_weight: Callable  # (weight, batch_size) -> packed weight
+    linear_pointwise: Callable  # (input, packed weight, bias, attr, scalars, algorithm) -> output
+    dtypes: tuple[torch.dtype, ...]
+
+
+def _resolve_onednn_operators() -> _OneDNNOperators:
+    """Look the operators up (an `AttributeError` or `RuntimeError` when this PyTorch lacks one)."""
+    mkldnn = torch.ops.mkldnn
+    bfloat16 = (torch.bfloat16,) if mkldnn._is_mkldnn_bf16_supported() else ()
+    return _OneDNNOperators(
+        mkldnn._reorder_linear_weight, mkldnn._linear_pointwise.default, (torch.float32, *bfloat16)
+    )
+
+
+# the probe's result: the operators, or None when they are not to be used; `_UNPROBED` until the first layer asks
+_UNPROBED = object()
+_operators: _OneDNNOperators | None | object = _UNPROBED
+
+
+def _onednn_operators() -> _OneDNNOperators | None:
+    """The operators, tried on first use on a tiny layer in every dtype they will serve; None without oneDNN, and
+    (after one warning) when this PyTorch lacks one of them or one fails."""
+    global _operators
+    if _operators is _UNPROBED:
+        _operators = _probe_onednn_operators()
+    return _operators
+
+
+def _probe_onednn_operators() -> _OneDNNOperators | None:
     if not torch.backends.mkldnn.is_available():
-        return ()
-    bfloat16 = (torch.bfloat16,) if torch.ops.mkldnn._is_mkldnn_bf16_supported() else ()
-    return (torch.float32, *bfloat16)
+        return None
+    try:
+        operators = _resolve_onednn_operators()
+        generator = torch.Generator().manual_seed(0)
+        for dtype in operators.dtypes:
+            weight, bias, inputs = (torch.randn(shape, generator=generator).to(dtype) for shape in ((3, 4), 3, (2, 4)))
+            packed = operators.reorder_linear_weight(weight, None)
+            output = operators.linear_pointwise(inputs, packed, bias, "none", [], "")
+            torch.testing.assert_close(output, F.linear(inputs, weight, bias), rtol=2e-2, atol=2e-2)
+    except Exception as err:  # private operators may be renamed, removed or changed in any release
+        _warn_fallback(err)
+        return None
+    return operators
+
+
+def _disable_after_failure(err: Exception) -> None:
+    """A layer's call failed where the probe passed: warn once, and every layer takes `nn.Linear`'s path."""
+    global _operators
+    if _operators is not None:
+        _warn_fallback(err)
+    _operators = None
+
+
+def _warn_fallback(err: Exception) -> None:
+    warnings.warn(
+        f"PrepackedLinear: PyTorch's private oneDNN operators for prepacked linear layers are missing or failed here "
+        f"({type(err).__name__}: {err}); the layers run nn.Linear's own computation instead (same results, without "
+        "the speed-up).",
+        RuntimeWarning,
+        stacklevel=4,
+    )
 
 
 class PrepackedLinear(nn.Linear):
@@ -47,9 +111,10 @@ class PrepackedLinear(nn.Linear):
     `load_state_dict`; tracked by the tensor's version counter). Changes made through `.data` are invisible to that
     counter: call `reset_packed()` after them. Training (gradients for the weight, the bias or the input), autocast,
     `torch.compile` tracing, `torch.backends.mkldnn.enabled = False`, inference-mode weights, empty layers, other
-    devices and other dtypes run `nn.Linear`'s own computation. Not supported: forward-mode AD through it (tangents
-    are dropped under `no_grad`), `torch.fx.symbolic_trace` (not a leaf module), and concurrent calls from several
-    threads (the packed copy is made lazily).
+    devices, other dtypes and a PyTorch whose oneDNN operators are missing or fail run `nn.Linear`'s own
+    computation. Not supported: forward-mode AD through it (tangents are dropped under `no_grad`),
+    `torch.fx.symbolic_trace` (not a leaf module), and concurrent calls from several threads (the packed copy is
+    made lazily).
     """
 
     def __init__(self, *args, **kwargs):
@@ -78,13 +143,21 @@ class PrepackedLinear(nn.Linear):
         # runs for every linear of every decoding step: each parameter is read once (nn.Module's attribute lookup
         # of parameters is slow)
         weight, bias = self.weight, self.bias
-        if not self._takes_prepacked_path(input, weight, bias):
+        operators = _onednn_operators()
+        if operators is None or not self._takes_prepacked_path(input, weight, bias, operators.dtypes):
             return F.linear(input, weight, bias)
-        return torch.ops.mkldnn._linear_pointwise.default(input, self._packed_weight(weight), bias, "none", [], "")
+        try:
+            return operators.linear_pointwise(input, self._packed_weight(weight, operators), bias, "none", [], "")
+        except RuntimeError as err:
+            output = F.linear(input, weight, bias)  # a bad input raises here, as it does in nn.Linear
+            _disable_after_failure(err)  # the input was fine: the operator is at fault
+            return output
 
     @staticmethod
-    def _takes_prepacked_path(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
-        if weight.dtype not in _prepacked_dtypes() or input.dtype != weight.dtype:
+    def _takes_prepacked_path(
+        input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, dtypes: tuple[torch.dtype, ...]
+    ) -> bool:
+        if weight.dtype not in dtypes or input.dtype != weight.dtype:
             return False
         if weight.device.type != "cpu" or weight.is_inference() or weight.numel() == 0:
             return False  # inference tensors have no version counter to key the copy on; oneDNN rejects empty ones
@@ -96,10 +169,10 @@ class PrepackedLinear(nn.Linear):
             return False  # the oneDNN operator has no backward
         return not torch.is_autocast_enabled("cpu") and torch.backends.mkldnn.enabled  # no autocast rule either
 
-    def _packed_weight(self, weight: torch.Tensor) -> torch.Tensor:
+    def _packed_weight(self, weight: torch.Tensor, operators: _OneDNNOperators) -> torch.Tensor:
         key = (weight.data_ptr(), weight.shape, weight.stride(), weight.dtype, weight._version)
         if self._packed_key != key:
-            self._packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
+            self._packed = operators.reorder_linear_weight(weight.detach(), None)
             self._packed_source = weight.detach()
             self._packed_key = key
         return self._packed
@@ -135,6 +208,10 @@ def prepack_linear_layers(model: nn.Module) -> nn.Module:
     Returns:
         The same `model`, for chaining.
 
+    Warns:
+        RuntimeWarning: once, when PyTorch's private oneDNN operators are missing here or fail: the layers then
+            run `nn.Linear`'s own computation.
+
     Raises:
         RuntimeError: when this PyTorch build has no oneDNN (`torch.backends.mkldnn.is_available()` is false).
         ValueError: when a linear layer's weight is not on the CPU (e.g. on a GPU, or offloaded to `meta`); the model
@@ -145,6 +222,7 @@ def prepack_linear_layers(model: nn.Module) -> nn.Module:
             "prepack_linear_layers needs a PyTorch build with oneDNN (torch.backends.mkldnn.is_available() is "
             "False here): run the model as it is."
         )
+    _onednn_operators()  # probed now, so that a missing operator is reported at this call
     layers = [(name, module) for name, module in model.named_modules() if _replaceable(module)]
     for name, layer in layers:  # every layer checked before any is changed
         if layer.weight.device.type != "cpu":

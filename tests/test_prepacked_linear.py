@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import io
+import warnings
 
 import pytest
 import torch
@@ -12,7 +13,7 @@ from conftest import build_verifier, make_source_batch
 from torch import nn
 
 from specdec_hf import PrepackedLinear, SpecDrafterModel, prepack_linear_layers, speculative_generate
-from specdec_hf.prepacked_linear import _prepacked_dtypes
+from specdec_hf import prepacked_linear as prepacked_linear_module
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this PyTorch build has no oneDNN")
 
@@ -24,7 +25,14 @@ def _pair(dtype: torch.dtype, bias: bool = True) -> tuple[nn.Linear, PrepackedLi
 
 
 def _prepacked_here(dtype: torch.dtype) -> bool:
-    return dtype in _prepacked_dtypes()
+    operators = prepacked_linear_module._onednn_operators()
+    return operators is not None and dtype in operators.dtypes
+
+
+@pytest.fixture
+def unprobed(monkeypatch):
+    """The operators probed anew in this test (and the probe's result of the other tests restored after it)."""
+    monkeypatch.setattr(prepacked_linear_module, "_operators", prepacked_linear_module._UNPROBED)
 
 
 @pytest.mark.parametrize("bias", [True, False])
@@ -117,19 +125,67 @@ def test_compiles_as_nn_linear_in_one_graph():
         torch.testing.assert_close(compiled(inputs), linear(inputs))
 
 
-def test_without_onednn_nothing_is_prepacked(monkeypatch):
+def test_without_onednn_nothing_is_prepacked(monkeypatch, unprobed):
     linear, packed = _pair(torch.float32)
     inputs = torch.randn(5, 48)
     monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
-    _prepacked_dtypes.cache_clear()
-    try:
+    with torch.no_grad():
+        assert torch.equal(packed(inputs), linear(inputs))  # nn.Linear's own computation
+    assert packed._packed is None
+    with pytest.raises(RuntimeError, match="oneDNN"):
+        prepack_linear_layers(nn.Sequential(nn.Linear(4, 4)))
+
+
+def _missing_operator():
+    raise AttributeError("'_OpNamespace' 'mkldnn' object has no attribute '_reorder_linear_weight'")
+
+
+def _failing_operators():
+    def fail(*args):
+        raise RuntimeError("oneDNN: unsupported")
+
+    return prepacked_linear_module._OneDNNOperators(fail, fail, (torch.float32,))
+
+
+@pytest.mark.parametrize("resolver", [_missing_operator, _failing_operators], ids=["missing", "failing"])
+def test_a_missing_or_failing_operator_falls_back_to_nn_linear_with_one_warning(monkeypatch, unprobed, resolver):
+    """The operators are private to PyTorch: a rename must not make every prepacked forward raise."""
+    monkeypatch.setattr(prepacked_linear_module, "_resolve_onednn_operators", resolver)
+    model = nn.Sequential(nn.Linear(48, 40), nn.Linear(40, 8))
+    expected = model(inputs := torch.randn(5, 48))
+    with pytest.warns(RuntimeWarning, match=r"oneDNN operators .* missing or failed.*nn\.Linear's own computation"):
+        prepack_linear_layers(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no second warning, from any layer or call
         with torch.no_grad():
-            assert torch.equal(packed(inputs), linear(inputs))  # nn.Linear's own computation
-        assert packed._packed is None
-        with pytest.raises(RuntimeError, match="oneDNN"):
-            prepack_linear_layers(nn.Sequential(nn.Linear(4, 4)))
-    finally:
-        _prepacked_dtypes.cache_clear()
+            for _ in range(2):
+                torch.testing.assert_close(model(inputs), expected)
+    assert all(isinstance(layer, PrepackedLinear) and layer._packed is None for layer in model)
+
+
+def test_an_operator_failing_after_the_probe_falls_back_with_one_warning(monkeypatch, unprobed):
+    linear, packed = _pair(torch.float32)
+    inputs = torch.randn(5, 48)
+    operators = prepacked_linear_module._onednn_operators()
+    if operators is None:
+        pytest.skip("the oneDNN operators do not run here")
+
+    def failing_linear(*args):
+        raise RuntimeError("oneDNN: primitive creation failed")
+
+    monkeypatch.setattr(prepacked_linear_module, "_operators", operators._replace(linear_pointwise=failing_linear))
+    with torch.no_grad():
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):  # a bad input: nn.Linear's error
+                packed(torch.randn(5, 7))
+        assert prepacked_linear_module._onednn_operators() is not None  # the input was at fault, not the operator
+        with pytest.warns(RuntimeWarning, match="primitive creation failed"):
+            torch.testing.assert_close(packed(inputs), linear(inputs))
+        assert prepacked_linear_module._onednn_operators() is None
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            torch.testing.assert_close(packed(inputs), linear(inputs))
 
 
 def test_deepcopy_and_pickle_after_use():
