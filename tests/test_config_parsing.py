@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import re
 from pathlib import Path
+from typing import Literal
 
 import pytest
 import yaml
@@ -165,20 +168,20 @@ def test_config_file_that_is_not_a_yaml_mapping(tmp_path):
 
 
 def test_every_shipped_config_passes_the_type_checks():
-    """The configs of the four scripts, checked against the dataclasses their script parses them into."""
+    """The configs of the three scripts, checked against the dataclasses their script parses them into."""
     groups = {
         "train": [DrafterTrainingArguments],
         "eval": [EvaluationArguments, DataArguments],
         "data": [DataArguments, distillation.DistillationArguments],
     }
     checked = 0
-    for group, dataclasses in groups.items():
+    for group, classes in groups.items():
         for path in sorted((ROOT / "configs" / group).glob("*.yaml")):
             values = yaml.safe_load(path.read_text())
-            parser = HfArgumentParser(dataclasses)
+            parser = HfArgumentParser(classes)
             required = [action.dest for action in parser._actions if action.required and action.dest not in values]
             argv = [item for name in required for item in (f"--{name}", "x")]
-            parse_yaml_and_cli(dataclasses, ["--config", str(path), *argv])
+            parse_yaml_and_cli(classes, ["--config", str(path), *argv])
             checked += 1
     assert checked >= 15
 
@@ -189,3 +192,23 @@ def test_train_drafter_refuses_a_fractional_max_steps_before_loading_anything(tm
     config = _write(tmp_path, {**_TRAIN, "max_steps": 2.5})
     with pytest.raises(ValueError, match=r"`max_steps` must be an integer, got 2\.5"):
         train_drafter.main(["--config", str(config)])
+
+
+class _Color(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+@dataclasses.dataclass
+class _Choices:
+    mode: Literal["fast", "exact"] = dataclasses.field(default="exact", metadata={"help": "A Literal field."})
+    color: _Color = dataclasses.field(default=_Color.RED, metadata={"help": "An Enum field."})
+
+
+def test_literal_and_enum_fields(tmp_path):
+    (args,) = parse_yaml_and_cli([_Choices], ["--config", str(_write(tmp_path, {"mode": "fast", "color": "blue"}))])
+    assert args.mode == "fast" and args.color is _Color.BLUE
+    with pytest.raises(ValueError, match=r"`mode` must be one of fast, exact, got 'quick'"):
+        parse_yaml_and_cli([_Choices], ["--config", str(_write(tmp_path, {"mode": "quick"}))])
+    with pytest.raises(ValueError, match=r"`color` must be one of red, blue, got 'green'"):
+        parse_yaml_and_cli([_Choices], ["--config", str(_write(tmp_path, {"color": "green"}))])
