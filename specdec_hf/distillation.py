@@ -462,7 +462,7 @@ def run_distillation(data_args: DataArguments, args: DistillationArguments) -> d
     state = PartialState(cpu=args.device == "cpu")
     device = args.device or state.device
     verifier = load_pretrained(
-        AutoModelForSeq2SeqLM.from_pretrained, args.verifier, "--verifier", dtype=_DTYPES[args.dtype]
+        AutoModelForSeq2SeqLM.from_pretrained, args.verifier, "verifier", dtype=_DTYPES[args.dtype]
     )
     verifier = verifier.to(device).eval()
     tokenizer_argument = "tokenizer" if args.tokenizer else "verifier"

@@ -360,6 +360,11 @@ def _load_raw(args: DataArguments, split: str) -> datasets.Dataset:
 
 def _load_files(files: list[str], split: str, args: DataArguments) -> datasets.Dataset:
     for path in files:
+        if os.path.isdir(path):
+            raise IsADirectoryError(
+                f"data file {path!r} (split {split!r}) is a directory: name the files in it in `--data_files`, or "
+                f"pass the directory as `--data_dir` (it then holds one `<split>.<ext>` file per split)"
+            )
         if not (glob.glob(path) if glob.has_magic(path) else os.path.isfile(path)):
             raise FileNotFoundError(f"data file {path!r} (split {split!r}) does not exist; check `--data_files`")
     suffixes = {_data_suffix(path) for path in files}

@@ -126,7 +126,7 @@ def _parse_line(path: str, number: int, line: str) -> dict:
         row = json.loads(line)
     except json.JSONDecodeError as err:
         raise ValueError(
-            f"data file {path!r}, line {number}: not valid JSON ({err.msg} at column {err.colno}); each line of a "
+            f"data file {path!r}, line {number}: not valid JSON ({err.msg}, column {err.colno}); each line of a "
             "JSON Lines file must be one complete JSON object: fix or remove that line."
         ) from None
     if not isinstance(row, dict):

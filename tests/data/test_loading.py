@@ -279,6 +279,8 @@ def test_bad_files_raise_clear_errors(tmp_path, mt_rows):
         load(tmp_path, "test", data_files={"train": path})
     with pytest.raises(ValueError, match="supported formats are"):
         load(tmp_path, data_files=str(tmp_path / "pairs.txt"))
+    with pytest.raises(IsADirectoryError, match=r"is a directory: name the files in it.*--data_dir"):
+        load(tmp_path, data_files=str(tmp_path))
 
 
 def test_malformed_json_lines_row_names_the_file_and_line(tmp_path, mt_rows):
