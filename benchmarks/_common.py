@@ -24,6 +24,7 @@ from specdec_hf import SpecDrafterModel, prepack_linear_layers
 from specdec_hf.data.local_files import read_jsonl
 from specdec_hf.evaluation.interleaved import format_spread, spread
 from specdec_hf.evaluation.machine import cpu_model, load_average
+from specdec_hf.model_files import load_pretrained
 
 __all__ = [
     "GREEDY_KWARGS",
@@ -130,11 +131,16 @@ def load_demo_pair(args, prepack: bool, attn_implementation: str | None = None):
         `(verifier, drafter)`; the verifier's stored `max_length` is dropped (`GREEDY_KWARGS` passes `max_new_tokens`,
         and a stored `max_length` would only make generate() warn).
     """
-    verifier = AutoModelForSeq2SeqLM.from_pretrained(
-        args.verifier, dtype=getattr(torch, args.dtype), attn_implementation=attn_implementation
+    verifier = load_pretrained(
+        AutoModelForSeq2SeqLM.from_pretrained,
+        args.verifier,
+        "--verifier",
+        dtype=getattr(torch, args.dtype),
+        attn_implementation=attn_implementation,
     ).eval()
     verifier.generation_config.max_length = None
-    drafter = SpecDrafterModel.from_pretrained(args.drafter, dtype=getattr(torch, args.drafter_dtype)).eval()
+    drafter_dtype = getattr(torch, args.drafter_dtype)
+    drafter = load_pretrained(SpecDrafterModel.from_pretrained, args.drafter, "--drafter", dtype=drafter_dtype).eval()
     if prepack:
         prepack_linear_layers(verifier)
         prepack_linear_layers(drafter)
