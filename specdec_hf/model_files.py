@@ -41,7 +41,8 @@ def load_pretrained(load: Callable[..., _Loaded], name_or_path: str, argument: s
     Raises:
         `FileNotFoundError`: `name_or_path` is no directory and cannot be a Hub id, or the Hub is off (offline mode)
             and nothing of that name is in its cache.
-        `OSError`: a weight file of the directory is damaged (the message names it).
+        `OSError`: a weight file of the directory is damaged (the message names it), or `name_or_path` is no
+            directory and could not be loaded as a Hub id either (the message adds the loader's).
     """
     path = Path(name_or_path).expanduser()
     if not path.exists():
@@ -53,10 +54,22 @@ def load_pretrained(load: Callable[..., _Loaded], name_or_path: str, argument: s
         )
     try:
         return load(name_or_path, **kwargs)
-    except Exception as err:  # whatever the loader raised: look for a damaged file, else let it through unchanged
-        damaged = find_damaged_file(path) if path.is_dir() else None
-        if damaged is None:
-            raise
+    except Exception as err:  # whatever the loader raised: name a damaged file, else let it through
+        if path.is_dir():
+            _raise_if_damaged(path, name_or_path, argument, err)
+        elif isinstance(err, OSError):
+            # a Hub id that could not be fetched (no network without HF_HUB_OFFLINE, no such repository) may as
+            # well be a mistyped directory, which transformers' message does not say
+            raise OSError(
+                f"`{argument}` {str(name_or_path)!r}: {_no_such_directory(str(name_or_path))}, and as a Hub id it "
+                f"could not be loaded either: {err}"
+            ) from err
+        raise
+
+
+def _raise_if_damaged(path: Path, name_or_path: str, argument: str, err: Exception) -> None:
+    damaged = find_damaged_file(path)
+    if damaged is not None:
         file, problem = damaged
         raise OSError(
             f"`{argument}` {str(name_or_path)!r}: {file} cannot be read ({problem}); it is probably truncated (an "
@@ -100,8 +113,12 @@ def _zip_problem(path: Path) -> str | None:
     return None if bad_member is None else f"member {bad_member} fails its checksum"
 
 
+def _no_such_directory(name: str) -> str:
+    return "no such directory" + ("" if Path(name).is_absolute() else f" (relative to {os.getcwd()})")
+
+
 def _check_hub_id(name: str, argument: str) -> None:
-    where = "no such directory" + ("" if Path(name).is_absolute() else f" (relative to {os.getcwd()})")
+    where = _no_such_directory(name)
     try:
         huggingface_hub.utils.validate_repo_id(name)
     except HFValidationError:

@@ -48,8 +48,14 @@ def test_missing_local_directory_is_not_reported_as_a_hub_problem(monkeypatch, t
     if offline:  # a name that could be a Hub id, but offline mode and nothing of that name in the cache
         with pytest.raises(FileNotFoundError, match=r"'runs/drafter': no such directory \(relative to .*offline mode"):
             load_pretrained(calls.append, "runs/drafter", "drafters")
-    else:  # online, such a name is the Hub's to resolve
+    else:  # online, such a name is the Hub's to resolve; when it fails, the missing directory is said first
         load_pretrained(calls.append, "runs/drafter", "drafters")
+
+        def unreachable_hub(name, **kwargs):
+            raise OSError("We couldn't connect to 'https://huggingface.co' to load the files")
+
+        with pytest.raises(OSError, match=r"'runs/drafter': no such directory .*could not be loaded either: We"):
+            load_pretrained(unreachable_hub, "runs/drafter", "drafters")
     assert calls == ([] if offline else ["runs/drafter"])
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(NotADirectoryError, match=r"'config.json' is a file: give the directory"):
