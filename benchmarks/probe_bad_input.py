@@ -218,6 +218,7 @@ class Workspace:
         self.files.mkdir()
 
     def greedy(self, inputs=None, model: str = "tiny", **kwargs) -> Callable[[], torch.Tensor]:
+        """Plain greedy decoding of `inputs` by the tiny (or the demo) verifier, as a call to make later."""
         inputs = self.inputs if inputs is None else inputs
         verifier = self.demo_verifier if model == "demo" else self.verifier
         return lambda: verifier.generate(**inputs, do_sample=False, **{"max_new_tokens": 12, **kwargs})
@@ -225,6 +226,7 @@ class Workspace:
     def speculative(
         self, inputs=None, route: str = "drafter", drafter=None, model: str = "tiny", **kwargs
     ) -> Callable[[], object]:
+        """Speculative decoding on the `drafter=` or the `custom_generate=` route, as a call to make later."""
         inputs = self.inputs if inputs is None else inputs
         verifier = self.demo_verifier if model == "demo" else self.verifier
         drafter = (self.demo_drafter if model == "demo" else self.drafter) if drafter is None else drafter
@@ -234,6 +236,7 @@ class Workspace:
         return lambda: verifier.generate(**inputs, custom_generate=speculative_generate, drafter=drafter, **kwargs)
 
     def write(self, name: str, content: str | bytes) -> str:
+        """A file of the workspace with this content (gzipped for `.gz` names); returns its path."""
         path = self.files / name
         if isinstance(content, bytes):
             path.write_bytes(content)
@@ -245,9 +248,11 @@ class Workspace:
         return str(path)
 
     def yaml(self, name: str, values: dict | str) -> str:
+        """A YAML config of these values (or this text); returns its path."""
         return self.write(name, values if isinstance(values, str) else yaml.safe_dump(values))
 
     def eval_argv(self, **overrides: str) -> list[str]:
+        """The command line of a quick evaluate.py run on the tiny pair, with some options replaced."""
         options = {
             "--verifier_name_or_path": str(self.eval_dir / "verifier"),
             "--drafters": str(self.eval_dir / "drafter"),
@@ -269,6 +274,7 @@ class Workspace:
         return [item for name, value in options.items() for item in (name, *value.split(" ")) if value is not None]
 
     def train_yaml(self, name: str, **overrides) -> str:
+        """A train_drafter.py config of a two-step run into `root/name`, with some values replaced."""
         values = {
             "verifier_name_or_path": str(self.eval_dir / "verifier"),
             "train_data": str(self.root / "distilled"),
@@ -290,6 +296,7 @@ class Workspace:
 
 
 def truncate(path: Path, keep: float) -> None:
+    """Cut a file to a fraction of its size, as an interrupted copy would."""
     path.write_bytes(path.read_bytes()[: int(path.stat().st_size * keep)])
 
 
@@ -1333,6 +1340,7 @@ def other_cli_cases(w: Workspace) -> list[Case]:
 
 
 def main() -> None:
+    """Run every case (or those `--only` selects) and print the table and the counts."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default=None, help="Run only the cases whose group or name contains this.")
     parser.add_argument("--verbose", action="store_true", help="Print the traceback of internal and unclear errors.")
