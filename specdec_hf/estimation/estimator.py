@@ -13,6 +13,7 @@ from .measurement import (
     build_shape_models,
     measure_greedy_reference,
     measure_iteration_cost,
+    speculative_run,
     time_direct_runs,
 )
 from .profile import AcceptanceProfile
@@ -51,6 +52,8 @@ def estimate_shape(
     config = load_verifier_config(name)
     models = build_shape_models(name, config, settings, max(block_sizes))
     measure_greedy_reference(models, settings)
+    # the first speculative call pays one-off costs (the drafter's first kernels, allocations): not a k's cost
+    speculative_run(models, 0, profile, max(block_sizes), settings)
     sentences, new_tokens = len(models.sources), models.new_tokens
 
     costs: dict[int, IterationCost] = {}
