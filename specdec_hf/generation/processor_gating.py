@@ -5,19 +5,26 @@ Several processors that `generate()` adds act only at some prefix lengths: `forc
 lengths they return the scores unchanged. An iteration verifies prefix lengths `[shortest row, longest row + k]`; when
 no processor can act on any of them, the loop may judge all positions at once on the raw scores (the result is the
 same), instead of running the processors position by position. Unknown processors are always assumed to act.
+
+Other processors act at every length but read nothing of the prefix: a ban of single tokens (`bad_words_ids=[[pad]]`,
+which every OPUS-MT checkpoint's generation config carries), `suppress_tokens`, a `sequence_bias` of single tokens.
+They give the same scores at every position, so they are applied to all verified positions at once.
 """
 
 from __future__ import annotations
 
+import torch
 from transformers.generation.logits_process import (
     ForcedBOSTokenLogitsProcessor,
     ForcedEOSTokenLogitsProcessor,
     LogitsProcessorList,
     MinLengthLogitsProcessor,
     MinNewTokensLengthLogitsProcessor,
+    SequenceBiasLogitsProcessor,
+    SuppressTokensLogitsProcessor,
 )
 
-__all__ = ["processors_acting_on"]
+__all__ = ["apply_to_every_position", "is_position_independent", "processors_acting_on"]
 
 
 def _acts_on(processor, shortest: int, longest: int) -> bool:
@@ -45,3 +52,42 @@ def processors_acting_on(logits_processor: LogitsProcessorList, shortest: int, l
         `LogitsProcessorList`: empty when every processor leaves these positions' scores unchanged.
     """
     return LogitsProcessorList([p for p in logits_processor if _acts_on(p, shortest, longest)])
+
+
+def is_position_independent(processor) -> bool:
+    """
+    Whether `processor` changes every position's scores alike, reading nothing of the prefix (ids or length).
+
+    True for `SuppressTokensLogitsProcessor` and for a `SequenceBiasLogitsProcessor` (`NoBadWordsLogitsProcessor`
+    included) whose biased sequences are all single tokens; a multi-token sequence is matched against the prefix.
+    """
+    if type(processor) is SuppressTokensLogitsProcessor:
+        return True
+    if (
+        isinstance(processor, SequenceBiasLogitsProcessor)
+        and type(processor).__call__ is SequenceBiasLogitsProcessor.__call__
+    ):
+        return all(len(sequence) == 1 for sequence in processor.sequence_bias)
+    return False
+
+
+def apply_to_every_position(processors: LogitsProcessorList, logits: torch.FloatTensor) -> torch.FloatTensor:
+    """
+    Runs position-independent processors (`is_position_independent`) on all positions' scores in one call each.
+
+    Args:
+        processors (`LogitsProcessorList`): Processors that all pass `is_position_independent`.
+        logits (`torch.FloatTensor` of shape `(rows, positions, vocab)`): Raw scores.
+
+    Returns:
+        `torch.FloatTensor` of the same shape: the processed scores.
+    """
+    if len(processors) == 0:
+        return logits
+    rows, positions, vocab = logits.shape
+    scores = logits.reshape(rows * positions, vocab)
+    # the processors read no prefix: any ids of the right batch size will do
+    placeholder_ids = torch.zeros((rows * positions, 1), dtype=torch.long, device=logits.device)
+    for processor in processors:
+        scores = processor(placeholder_ids, scores)
+    return scores.reshape(rows, positions, vocab)

@@ -10,10 +10,17 @@ from transformers.generation.logits_process import (
     LogitsProcessorList,
     MinLengthLogitsProcessor,
     MinNewTokensLengthLogitsProcessor,
+    NoBadWordsLogitsProcessor,
     RepetitionPenaltyLogitsProcessor,
+    SequenceBiasLogitsProcessor,
+    SuppressTokensLogitsProcessor,
 )
 
-from specdec_hf.generation.processor_gating import processors_acting_on
+from specdec_hf.generation.processor_gating import (
+    apply_to_every_position,
+    is_position_independent,
+    processors_acting_on,
+)
 
 EOS = 2
 PROCESSORS = [
@@ -43,3 +50,28 @@ def test_unknown_processors_always_act_and_order_is_kept():
     acting = processors_acting_on(LogitsProcessorList([penalty, forced_eos]), 3, 11)
     assert list(acting) == [penalty, forced_eos]
     assert list(processors_acting_on(LogitsProcessorList([penalty, forced_eos]), 3, 10)) == [penalty]
+
+
+def test_position_independent_processors_are_recognised():
+    assert is_position_independent(NoBadWordsLogitsProcessor([[7]], eos_token_id=EOS))
+    assert is_position_independent(NoBadWordsLogitsProcessor([[7], [8]], eos_token_id=EOS))
+    assert is_position_independent(SuppressTokensLogitsProcessor([3, 4]))
+    assert is_position_independent(SequenceBiasLogitsProcessor([[[5], 2.0], [[6], -1.0]]))
+    # a multi-token ban or bias reads the prefix; so do length- and repetition-based processors
+    assert not is_position_independent(NoBadWordsLogitsProcessor([[7], [4, 5]], eos_token_id=EOS))
+    assert not is_position_independent(SequenceBiasLogitsProcessor([[[5, 6], 2.0]]))
+    assert not is_position_independent(RepetitionPenaltyLogitsProcessor(1.3))
+    assert not any(is_position_independent(processor) for processor in PROCESSORS)
+
+
+def test_applying_to_every_position_at_once_equals_position_by_position():
+    processors = LogitsProcessorList(
+        [NoBadWordsLogitsProcessor([[7], [9]], eos_token_id=EOS), SuppressTokensLogitsProcessor([3])]
+    )
+    logits = torch.randn(3, 5, 10, generator=torch.Generator().manual_seed(0))
+    batched = apply_to_every_position(processors, logits.clone())
+    prefixes = torch.randint(0, 10, (3, 8), generator=torch.Generator().manual_seed(1))
+    for position in range(5):
+        expected = processors(prefixes[:, : 2 + position], logits[:, position].clone())
+        assert torch.equal(batched[:, position], expected)
+    assert torch.isinf(batched[..., [3, 7, 9]]).all() and torch.isfinite(batched[..., [0, 1, 2, 4]]).all()

@@ -1,0 +1,132 @@
+"""The estimator's run: for each verifier shape, measure the costs, project the speed-ups, check two of them directly."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..evaluation.interleaved import paired_speedups, spread
+from ..evaluation.timing import median
+from .measurement import (
+    IterationCost,
+    MeasurementSettings,
+    build_shape_models,
+    measure_greedy_reference,
+    measure_iteration_cost,
+    speculative_run,
+    time_direct_runs,
+)
+from .profile import AcceptanceProfile
+from .projection import cost_in_greedy_steps, predicted_speedup
+from .shapes import load_verifier_config
+
+__all__ = ["estimate_shape"]
+
+
+def estimate_shape(
+    name: str,
+    profile: AcceptanceProfile,
+    block_sizes: Sequence[int],
+    tokens_grid: Sequence[float],
+    settings: MeasurementSettings,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """
+    Measure one verifier shape and project its speed-ups.
+
+    Args:
+        name (`str`): A built-in shape, a directory with `config.json` or a Hub id (`load_verifier_config`).
+        profile (`AcceptanceProfile`): The drafter's expected acceptance.
+        block_sizes (`Sequence[int]`): The k to measure (each ≥ 1).
+        tokens_grid (`Sequence[float]`): Tok. values at which to project the speed-up of every k (where ≤ k + 1).
+        settings (`MeasurementSettings`): Inputs, repeats, device, dtype.
+        log (`Callable[[str], None]`): Receives one line per finished stage.
+
+    Returns:
+        `dict` with the shape's figures: `parameters`, `greedy_ms_per_token`, `costs` (per k: the split in
+        milliseconds and in greedy steps, the profile's Tok. and projected speed-up), `grid` (per k and Tok.), `best_k`
+        and `validation` (the direct runs: measured and projected speed-up, Tok., outputs differing from greedy).
+    """
+    if not block_sizes or min(block_sizes) < 1:
+        raise ValueError(f"block sizes (k) must be at least 1, got {list(block_sizes)}")
+    config = load_verifier_config(name)
+    models = build_shape_models(name, config, settings, max(block_sizes))
+    measure_greedy_reference(models, settings)
+    # the first speculative call pays one-off costs (the drafter's first kernels, allocations): not a k's cost
+    speculative_run(models, 0, profile, max(block_sizes), settings)
+    sentences, new_tokens = len(models.sources), models.new_tokens
+
+    costs: dict[int, IterationCost] = {}
+    mismatches = 0
+    for block_size in block_sizes:
+        costs[block_size], wrong = measure_iteration_cost(models, profile, block_size, settings)
+        mismatches += wrong
+
+    def speculative_time(block_size: int, tokens: float) -> float:
+        cost = costs[block_size]
+        return sentences * cost.fixed_s + new_tokens / tokens * cost.iteration_s
+
+    # the profile's expected Tok. per k (EOS and the length limit aside); the calibration runs' own is shown too
+    expected = {k: profile.tokens_per_iteration(k) for k in block_sizes}
+    best_k = min(block_sizes, key=lambda k: speculative_time(k, expected[k]))
+    largest_k = max(block_sizes)
+    direct = time_direct_runs(
+        models, {"profile": (profile, best_k), "perfect": (AcceptanceProfile.perfect(), largest_k)}, settings
+    )
+    greedy_s = median(direct["greedy"]["times_s"])
+    greedy_step_s = greedy_s / new_tokens
+    log(f"{name}: greedy {1000 * greedy_step_s:.2f} ms/token, best k for the profile {best_k}")
+
+    cost_rows = {}
+    for block_size, cost in costs.items():
+        cost_rows[block_size] = {
+            "ms": {
+                "verify": 1000 * cost.verify_s,
+                "drafter": 1000 * cost.drafter_s,
+                "loop": 1000 * cost.loop_s,
+                "fixed_per_sentence": 1000 * cost.fixed_s,
+            },
+            "greedy_steps": cost_in_greedy_steps(cost, greedy_step_s),
+            "profile_tokens_per_iteration": expected[block_size],
+            "calibration_tokens_per_iteration": cost.tokens_per_iteration,
+            "profile_speedup": predicted_speedup(greedy_s, cost, sentences, new_tokens, expected[block_size]),
+        }
+    grid = {
+        block_size: {
+            str(tokens): predicted_speedup(greedy_s, cost, sentences, new_tokens, tokens)
+            for tokens in (*tokens_grid, float(block_size + 1))
+            if tokens <= block_size + 1
+        }
+        for block_size, cost in costs.items()
+    }
+    validation = {}
+    for run, block_size in (("profile", best_k), ("perfect", largest_k)):
+        speedups = paired_speedups(direct["greedy"]["times_s"], direct[run]["times_s"])
+        measured, low, high = spread(speedups)
+        tokens = direct[run]["tokens_per_iteration"]
+        projected = predicted_speedup(greedy_s, costs[block_size], sentences, new_tokens, tokens)
+        validation[run] = {
+            "block_size": block_size,
+            "tokens_per_iteration": tokens,
+            "measured_speedup": measured,
+            "measured_speedup_min": low,
+            "measured_speedup_max": high,
+            "projected_speedup": projected,
+            "relative_error": projected / measured - 1.0,
+            "mismatches": direct[run]["mismatches"],
+        }
+    return {
+        "shape": name,
+        "model_type": config.model_type,
+        "parameters": models.parameters,
+        "drafter_parameters": sum(p.numel() for p in models.drafter.parameters()),
+        "sentences": sentences,
+        "new_tokens": new_tokens,
+        "greedy_ms_per_token": 1000 * greedy_step_s,
+        "greedy_times_s": direct["greedy"]["times_s"],
+        "costs": cost_rows,
+        "grid": grid,
+        "best_k": best_k,
+        "validation": validation,
+        "calibration_mismatches": mismatches,
+    }

@@ -1,0 +1,118 @@
+"""The estimator's outputs: Markdown tables, one JSON file and a plot of speed-up against Tok."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["format_report", "plot_speedup_curves"]
+
+
+def _millions(count: int) -> str:
+    return f"{count / 1e6:.1f}M"
+
+
+def format_report(results: Sequence[dict[str, Any]], tokens_grid: Sequence[float], header: str) -> str:
+    """
+    Markdown: a summary table (one row per shape), then per shape the cost split and speed-up per k and Tok.
+
+    Args:
+        results (`Sequence[dict]`): `estimate_shape` results.
+        tokens_grid (`Sequence[float]`): The Tok. columns.
+        header (`str`): Lines naming the command, machine and settings.
+    """
+    lines = [header, ""]
+    grid_header = " | ".join(f"Tok. {tokens:g}" for tokens in tokens_grid)
+    lines += [
+        "| verifier shape | params | greedy ms/token | best k | profile Tok. | projected | measured (min–max) "
+        f"| {grid_header} | perfect drafts (k={_largest(results)}) measured / projected |",
+        "|---|---|---|---|---|---|---|" + "---|" * len(tokens_grid) + "---|",
+    ]
+    for result in results:
+        best = str(result["best_k"])
+        profile = result["validation"]["profile"]
+        perfect = result["validation"]["perfect"]
+        # each Tok. column at the fastest k that can reach it
+        columns = []
+        for tokens in tokens_grid:
+            values = [row[str(tokens)] for row in result["grid"].values() if str(tokens) in row]
+            columns.append(f"{max(values):.2f}×" if values else "–")
+        lines.append(
+            f"| {result['shape']} | {_millions(result['parameters'])} | {result['greedy_ms_per_token']:.2f} | {best} "
+            f"| {profile['tokens_per_iteration']:.2f} | {profile['projected_speedup']:.2f}× "
+            f"| {profile['measured_speedup']:.2f}× ({profile['measured_speedup_min']:.2f}–"
+            f"{profile['measured_speedup_max']:.2f}) | {' | '.join(columns)} "
+            f"| {perfect['measured_speedup']:.2f}× / {perfect['projected_speedup']:.2f}× |"
+        )
+    lines += [
+        "",
+        "Tok. columns: the projected speed-up at the fastest measured k that can reach that Tok. (k ≥ Tok. − 1).",
+    ]
+    for result in results:
+        lines += [
+            "",
+            f"### {result['shape']} ({result['model_type']}, {_millions(result['parameters'])} parameters)",
+            "",
+        ]
+        lines += [
+            "| k | verify | drafter | loop | iteration (greedy steps) | fixed ms/sentence | profile Tok. "
+            f"| projected | {grid_header} | perfect (Tok. k+1) |",
+            "|---|---|---|---|---|---|---|---|" + "---|" * len(tokens_grid) + "---|",
+        ]
+        for block_size, row in result["costs"].items():
+            steps = row["greedy_steps"]
+            grid = result["grid"][block_size]
+            cells = [f"{grid[str(tokens)]:.2f}×" if str(tokens) in grid else "–" for tokens in tokens_grid]
+            perfect = grid[str(float(int(block_size) + 1))]
+            lines.append(
+                f"| {block_size} | {steps['verify']:.2f} | {steps['drafter']:.2f} | {steps['loop']:.2f} "
+                f"| {steps['iteration']:.2f} | {row['ms']['fixed_per_sentence']:.1f} "
+                f"| {row['profile_tokens_per_iteration']:.2f} | {row['profile_speedup']:.2f}× | {' | '.join(cells)} "
+                f"| {perfect:.2f}× |"
+            )
+        mismatches = [run["mismatches"] for run in result["validation"].values()]
+        lines.append(
+            f"\nOutputs differing from greedy: {result['calibration_mismatches']} in the calibration runs, "
+            f"{sum(mismatches)} in the direct runs (of {result['sentences']} sentences each)."
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _largest(results: Sequence[dict[str, Any]]) -> int:
+    return max((result["validation"]["perfect"]["block_size"] for result in results), default=0)
+
+
+def plot_speedup_curves(results: Sequence[dict[str, Any]], path: Path) -> Path:
+    """
+    A PNG of the projected speed-up against Tok., one line per shape at its best k for the profile, with the two
+    direct runs of each shape as points.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    for result in results:
+        block_size = result["best_k"]
+        costs = result["costs"][block_size]
+        steps = 200
+        tokens = [1 + block_size * i / steps for i in range(steps + 1)]
+        greedy_s = result["greedy_ms_per_token"] * result["new_tokens"] / 1000
+        fixed_s = costs["ms"]["fixed_per_sentence"] / 1000 * result["sentences"]
+        iteration_s = sum(costs["ms"][part] for part in ("verify", "drafter", "loop")) / 1000
+        speedups = [greedy_s / (fixed_s + result["new_tokens"] / t * iteration_s) for t in tokens]
+        (line,) = axes.plot(tokens, speedups, label=f"{result['shape']} (k={block_size})")
+        run = result["validation"]["profile"]
+        axes.plot([run["tokens_per_iteration"]], [run["measured_speedup"]], "o", color=line.get_color())
+    axes.axhline(1.0, color="grey", linewidth=0.8)
+    axes.set_xlabel("tokens per iteration (Tok.)")
+    axes.set_ylabel("speed-up over greedy")
+    axes.set_title("Projected speed-up by verifier shape (dots: measured with an oracle drafter)")
+    axes.legend(fontsize=8)
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path

@@ -1,0 +1,162 @@
+"""CTranslate2 (https://github.com/OpenNMT/CTranslate2) as a peer: the CPU runtime a Marian user would pick instead.
+
+The verifier is converted once by CTranslate2's own `TransformersConverter` and decoded greedily in a worker process
+of its own. Two reasons for the process: CTranslate2 ships its own OpenMP runtime, whose threads keep spinning after
+each call and slow the torch work that follows in the same process; and in the worker they are told not to spin
+(`OMP_WAIT_POLICY=PASSIVE`), so that they do not slow the torch strategies timed right after them either. The worker
+times each batch itself, so the pipe between the processes is not in the figures.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import multiprocessing
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "CT2_COMPUTE_TYPES",
+    "CTranslate2Worker",
+    "check_ctranslate2_available",
+    "check_marian_layout",
+    "convert_verifier",
+]
+
+# strategy name -> CTranslate2 compute type (weights converted once in float32, quantised when loaded)
+CT2_COMPUTE_TYPES = {"ct2": "float32", "ct2_int8": "int8", "ct2_int8_float32": "int8_float32"}
+INSTALL_HINT = "pip install 'specdec_hf[peers]' (or: pip install ctranslate2)"
+
+
+def check_ctranslate2_available() -> None:
+    """
+    Raises:
+        ImportError: with the install command, when the `ctranslate2` package is missing.
+    """
+    if importlib.util.find_spec("ctranslate2") is None:
+        raise ImportError(f"the ct2 strategies need CTranslate2, which is not installed: {INSTALL_HINT}")
+
+
+def check_marian_layout(verifier) -> None:
+    """
+    CTranslate2's Marian converter assumes OPUS-MT's vocabulary layout: `<pad>` the last id, with a zero embedding.
+
+    Raises:
+        ValueError: for another model type, or a Marian model with `<pad>` elsewhere or a non-zero pad row, naming
+            the fix (`specdec_hf.data.vocabulary_layout` re-lays a model).
+    """
+    config = verifier.config
+    if config.model_type != "marian":
+        return  # other families: the converter decides
+    pad = config.pad_token_id
+    if pad != config.vocab_size - 1:
+        raise ValueError(
+            f"CTranslate2 cannot convert this Marian verifier: its <pad> is id {pad}, but CTranslate2's converter "
+            f"expects it last (id {config.vocab_size - 1}) with a zero embedding row, as in OPUS-MT checkpoints "
+            "(it refuses with 'Source vocabulary 0 has size ... but the model expected ...'). Re-lay the model with "
+            "specdec_hf.data.vocabulary_layout (pad_last_permutation, relayout_tokenizer, relayout_marian_model)."
+        )
+    row = verifier.get_input_embeddings().weight[pad]
+    if bool(row.abs().max() > 0):
+        raise ValueError(
+            "CTranslate2 cannot convert this Marian verifier faithfully: its <pad> embedding row is not zero, "
+            "while CTranslate2 treats <pad> as a zero vector (the decoder starts from it). Zero that row and retrain, "
+            "as OPUS-MT checkpoints have it."
+        )
+
+
+def convert_verifier(model_dir: str | Path, output_dir: str | Path) -> Path:
+    """
+    Converts a saved verifier (model + tokenizer in `model_dir`) with CTranslate2's `TransformersConverter`, once:
+    an existing conversion in `output_dir` is reused.
+
+    Returns:
+        `Path`: the converted model's directory.
+    """
+    check_ctranslate2_available()
+    from ctranslate2.converters import TransformersConverter
+
+    output_dir = Path(output_dir)
+    if (output_dir / "model.bin").is_file():
+        return output_dir
+    TransformersConverter(str(model_dir)).convert(str(output_dir), force=True)
+    return output_dir
+
+
+def _worker_main(connection, model_dir: str, compute_type: str, threads: int) -> None:
+    import ctranslate2
+
+    translator = ctranslate2.Translator(model_dir, device="cpu", compute_type=compute_type, intra_threads=threads)
+    connection.send("ready")
+    while True:
+        message = connection.recv()
+        if message is None:
+            break
+        sources, max_decoding_length = message
+        start = time.perf_counter()
+        results = translator.translate_batch(sources, beam_size=1, max_decoding_length=max_decoding_length)
+        seconds = time.perf_counter() - start
+        connection.send(([result.hypotheses[0] for result in results], seconds))
+
+
+class CTranslate2Worker:
+    """
+    A CTranslate2 translator in a process of its own (spawned, with passive OpenMP waiting).
+
+    Args:
+        model_dir (`str` or `Path`): A converted model (`convert_verifier`).
+        compute_type (`str`): `float32`, `int8`, `int8_float32`, ... (`ctranslate2.get_supported_compute_types`).
+        threads (`int`): CTranslate2's intra-op threads.
+
+    Use as a context manager; `translate(sources, max_decoding_length)` returns the greedy hypotheses (token strings)
+    and the seconds CTranslate2 took.
+    """
+
+    def __init__(self, model_dir: str | Path, compute_type: str, threads: int):
+        check_ctranslate2_available()
+        import ctranslate2
+
+        supported = ctranslate2.get_supported_compute_types("cpu")
+        if compute_type not in supported:
+            raise ValueError(
+                f"CTranslate2 compute type {compute_type!r} is not supported on this CPU ({sorted(supported)})"
+            )
+        self.model_dir, self.compute_type, self.threads = str(model_dir), compute_type, threads
+        self._process: Any = None
+        self._connection: Any = None
+
+    def __enter__(self) -> CTranslate2Worker:
+        context = multiprocessing.get_context("spawn")
+        self._connection, child = context.Pipe()
+        saved = {name: os.environ.get(name) for name in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
+        # the child inherits the environment at spawn: its OpenMP threads sleep as soon as a call ends
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+        os.environ["OMP_NUM_THREADS"] = str(self.threads)
+        try:
+            self._process = context.Process(
+                target=_worker_main, args=(child, self.model_dir, self.compute_type, self.threads), daemon=True
+            )
+            self._process.start()
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+        if self._connection.recv() != "ready":
+            raise RuntimeError("the CTranslate2 worker did not start")
+        return self
+
+    def translate(self, sources: list[list[str]], max_decoding_length: int) -> tuple[list[list[str]], float]:
+        """Greedy hypotheses of a batch of tokenised sources, and CTranslate2's own seconds for it."""
+        self._connection.send((sources, max_decoding_length))
+        return self._connection.recv()
+
+    def __exit__(self, *exc_info) -> None:
+        if self._process is not None:
+            self._connection.send(None)
+            self._process.join(timeout=10)
+            if self._process.is_alive():
+                self._process.kill()
+            self._process = None

@@ -1,0 +1,104 @@
+"""CTranslate2 as a peer: conversion of a Marian verifier in Marian's layout, equal greedy output, clear refusals."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+from conftest import build_word_tokenizer
+from transformers import MarianConfig, MarianMTModel
+
+from specdec_hf.data.vocabulary_layout import pad_last_permutation, relayout_tokenizer
+from specdec_hf.evaluation import ctranslate2_peer
+from specdec_hf.evaluation.ctranslate2_peer import CTranslate2Worker, check_marian_layout, convert_verifier
+
+SENTENCES = [
+    "Select the cells that you want to copy.",
+    "The package contains the documentation.",
+    "Click the button to open the dialog.",
+    "This program shows the time of day.",
+    "Choose a file and press OK.",
+    "Insert a new sheet before the current one.",
+]
+
+
+def marian_pair(pad_last: bool = True):
+    """A tiny random Marian model and its word tokenizer, in Marian's layout (pad last, zero pad row) or not."""
+    tokenizer = build_word_tokenizer([word for sentence in SENTENCES for word in sentence.split()] * 2)
+    if pad_last:
+        tokenizer = relayout_tokenizer(tokenizer, pad_last_permutation(len(tokenizer), tokenizer.pad_token_id))
+    torch.manual_seed(0)
+    config = MarianConfig(
+        vocab_size=len(tokenizer),
+        decoder_vocab_size=len(tokenizer),
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=64,
+        init_std=0.6,  # varied outputs (a small init repeats one token) and no near-ties
+        activation_function="gelu",
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.pad_token_id,
+        forced_eos_token_id=None,
+    )
+    model = MarianMTModel(config).eval()
+    with torch.no_grad():
+        model.get_input_embeddings().weight[tokenizer.pad_token_id].zero_()
+    model.generation_config.bad_words_ids = [[tokenizer.pad_token_id]]
+    return model, tokenizer
+
+
+def test_marian_layout_check_names_the_fix():
+    model, _ = marian_pair(pad_last=False)
+    with pytest.raises(ValueError, match=r"<pad> is id 1.*expects it last.*vocabulary_layout"):
+        check_marian_layout(model)
+    model, _ = marian_pair()
+    check_marian_layout(model)
+    with torch.no_grad():
+        model.get_input_embeddings().weight[model.config.pad_token_id] += 1.0
+    with torch.no_grad(), pytest.raises(ValueError, match="embedding row is not zero"):
+        check_marian_layout(model)
+
+
+def test_missing_ctranslate2_is_refused_with_the_install_command(monkeypatch, tmp_path):
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "ctranslate2" else find_spec(name, *a)
+    )
+    with pytest.raises(ImportError, match=r"pip install 'specdec_hf\[peers\]'"):
+        convert_verifier(tmp_path, tmp_path / "ct2")
+    with pytest.raises(ImportError, match="not installed"):
+        ctranslate2_peer.check_ctranslate2_available()
+
+
+def test_converted_verifier_decodes_like_hf_greedy(tmp_path):
+    pytest.importorskip("ctranslate2")
+    model, tokenizer = marian_pair()
+    model.save_pretrained(tmp_path / "verifier")
+    tokenizer.save_pretrained(tmp_path / "verifier")
+    converted = convert_verifier(tmp_path / "verifier", tmp_path / "ct2")
+    assert convert_verifier(tmp_path / "verifier", tmp_path / "ct2") == converted  # converted once, then reused
+    inputs = tokenizer(SENTENCES, return_tensors="pt", padding=True)
+    greedy = model.generate(**inputs, do_sample=False, num_beams=1, max_new_tokens=12)
+    sources = [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(SENTENCES)["input_ids"]]
+    with CTranslate2Worker(converted, "float32", threads=1) as worker:
+        hypotheses, seconds = worker.translate(sources, max_decoding_length=12)
+    assert seconds > 0
+    expected = [
+        [token for token in row[1:] if token not in (tokenizer.pad_token_id, tokenizer.eos_token_id)]
+        for row in greedy.tolist()
+    ]
+    assert [tokenizer.convert_tokens_to_ids(tokens) for tokens in hypotheses] == expected
+    assert len({tuple(row) for row in expected}) > 2  # the outputs differ: the comparison means something
+
+
+def test_unsupported_compute_type_is_refused(tmp_path):
+    pytest.importorskip("ctranslate2")
+    with pytest.raises(ValueError, match="compute type 'float64' is not supported"):
+        CTranslate2Worker(tmp_path, "float64", threads=1)
