@@ -94,20 +94,20 @@ def export_seq2seq(source: Path, target: Path, dtype: torch.dtype, card: str, te
 
 
 def export_drafter(
-    source: Path, target: Path, dtype: torch.dtype, verifier_path: str, default_block_size: int | None = None
+    source: Path, target: Path, dtype: torch.dtype, verifier_path: str, num_draft_tokens: int | None = None
 ) -> None:
     """Save the drafter in `dtype`, pointing its config at the shipped verifier, with its training model card.
 
-    `default_block_size` (the k generate() drafts when given none) is set when given, else kept as trained."""
+    `num_draft_tokens` (the k generate() drafts when given none) is set when given, else kept as trained."""
     drafter = SpecDrafterModel.from_pretrained(source, dtype=torch.float32)
     drafter.config.verifier_name_or_path = verifier_path
-    if default_block_size is not None:
-        if not 1 <= default_block_size <= drafter.config.block_size:
+    if num_draft_tokens is not None:
+        if not 1 <= num_draft_tokens <= drafter.config.max_draft_tokens:
             raise ValueError(
-                f"--default_block_size must be between 1 and the drafter's block_size ({drafter.config.block_size}), "
-                f"got {default_block_size}."
+                "--num_draft_tokens must be between 1 and the drafter's max_draft_tokens "
+                f"({drafter.config.max_draft_tokens}), got {num_draft_tokens}."
             )
-        drafter.config.default_block_size = default_block_size
+        drafter.config.num_draft_tokens = num_draft_tokens
     drafter.to(dtype).save_pretrained(target, safe_serialization=True)
     for name in ("README.md", "eval_results.json"):
         if (source / name).exists():
@@ -134,7 +134,7 @@ def main() -> None:
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float16")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--default_block_size", type=int, default=None, help="The drafter's k when generate() is given none."
+        "--num_draft_tokens", type=int, default=None, help="The drafter's k when generate() is given none."
     )
     parser.add_argument("--test_results", type=str, default="", help="A line of measured test figures for the card.")
     args = parser.parse_args()
@@ -146,7 +146,7 @@ def main() -> None:
         export_heldout(args.heldout, out / "heldout_test.jsonl", args.heldout_rows, args.seed)
         (out / "NOTICE.md").write_text(NOTICE)
         print(f"verifier: {values['params']:.1f}M parameters")
-    export_drafter(args.drafter, out / "drafter", dtype, str(out / "verifier"), args.default_block_size)
+    export_drafter(args.drafter, out / "drafter", dtype, str(out / "verifier"), args.num_draft_tokens)
     if args.assistant is not None:
         export_seq2seq(args.assistant, out / "assistant", dtype, ASSISTANT_CARD)
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file()) / 2**20

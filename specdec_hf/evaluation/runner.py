@@ -24,6 +24,7 @@ from transformers import set_seed
 
 from ..data.loading import DataArguments, load_text_pairs
 from ..data.tokenization import default_source_prefix
+from ..generation import as_drafter
 from .arguments import EvaluationArguments
 from .batching import Batch, encode_sources, make_batches, single_row_groups
 from .execution import StrategyRun, count_generated_tokens, group_runner, run_strategy
@@ -108,7 +109,7 @@ def _strategy_result(
         extra_parameters = parameter_bytes(drafter)
         settings = {
             "drafter": drafter_paths[strategy.drafter_index],
-            "block_size": strategy.block_size,
+            "num_draft_tokens": strategy.num_draft_tokens,
             "beta": strategy.beta,
             "tau": strategy.tau,
             "draft_confidence_threshold": strategy.confidence_threshold,
@@ -267,8 +268,8 @@ def run_evaluation(args: EvaluationArguments, data_args: DataArguments) -> dict[
             "drafters": [
                 {
                     "path": path,
-                    "default_block_size": d.block_size,
-                    "max_block_size": getattr(d, "max_block_size", None),
+                    "num_draft_tokens": as_drafter(d).num_draft_tokens,
+                    "max_draft_tokens": getattr(as_drafter(d), "max_draft_tokens", None),
                     "parameter_bytes": parameter_bytes(d),
                 }
                 for path, d in zip(args.drafters, models.drafters, strict=True)

@@ -1,8 +1,9 @@
 """Drafters saved by earlier code load and draft identically: the tiny fixtures of `tests/fixtures/legacy_drafters`
-(written by its `make_fixtures.py` before the redesign) and the shipped demo drafter.
+(written by the code before the redesign, with the script recorded in their README) and the shipped demo drafter.
 
-Each fixture records the state-dict keys, the config as saved, the drafts (ids, scores over the verifier's
-vocabulary, confidence) of a fixed sequence of drafting calls, and the output of speculative `generate()`.
+Each fixture records the state-dict keys, the config as saved (under the earlier field names, which load under the
+current ones), the drafts (ids, scores over the verifier's vocabulary, confidence) of a fixed sequence of drafting
+calls, and the output of speculative `generate()`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from specdec_hf import SpecDrafterModel, speculative_generate
+from specdec_hf import SpecDrafterAdapter, SpecDrafterModel, speculative_generate
+from specdec_hf.models.configuration_spec_drafter import LEGACY_FIELD_NAMES
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "legacy_drafters"
@@ -24,11 +26,12 @@ GREEDY = dict(do_sample=False, num_beams=1)
 
 
 def _check_config(loaded, saved: dict) -> None:
-    """Every field of the saved config.json is read back with its value."""
+    """Every field of the saved config.json is read back with its value (under its current name)."""
+    assert {"block_size", "prefix_feature_layers"} <= set(saved)  # saved under the earlier names
     for name, value in saved.items():
         if name in ("architectures", "transformers_version", "dtype", "model_type"):
             continue
-        assert getattr(loaded.config, name) == value, name
+        assert getattr(loaded.config, LEGACY_FIELD_NAMES.get(name, name)) == value, name
 
 
 def _teacher_forced_states(verifier, inputs, sequences, layers):
@@ -39,28 +42,19 @@ def _teacher_forced_states(verifier, inputs, sequences, layers):
 
 def _replay(verifier, drafter, inputs, reference, calls):
     """Run the recorded sequence of drafting calls on one drafting state; yield each proposal and its record."""
-    layers = drafter.verifier_state_layers
+    adapter = SpecDrafterAdapter(drafter)
+    layers = adapter.verifier_state_layers
     states = _teacher_forced_states(verifier, inputs, reference, layers) if layers else None
     with torch.no_grad():
         encoder_output = verifier.get_encoder()(**inputs).last_hidden_state
-        state = drafter.init_drafting_state(inputs["input_ids"], inputs["attention_mask"], encoder_output)
+        state = adapter.init_drafting_state(inputs["input_ids"], inputs["attention_mask"], encoder_output)
         for call in calls:
             longest = max(call["lengths"])
-            kwargs = {"prefix_states": states[:, :longest]} if layers and longest > 1 else {}
-            proposal = drafter.propose(
-                state, reference[:, :longest], torch.tensor(call["lengths"]), call["k"], **kwargs
-            )
+            verifier_states = states[:, :longest] if layers and longest > 1 else None
+            lengths = torch.tensor(call["lengths"])
+            proposal = adapter.propose(state, reference[:, :longest], lengths, call["k"], verifier_states)
             state = proposal.state
             yield proposal, call
-
-
-def _full_vocabulary_scores(proposal, vocab_size):
-    logits = proposal.draft_logits
-    if proposal.draft_vocab_ids is None:
-        return logits
-    full = logits.new_full((*logits.shape[:-1], vocab_size), float("-inf"))
-    full[..., proposal.draft_vocab_ids] = logits
-    return full
 
 
 @pytest.mark.parametrize("name", ["states_reduced_head", "own_encoder"])
@@ -78,8 +72,7 @@ def test_drafter_saved_by_earlier_code_loads_and_drafts_identically(name):
     replayed = 0
     for index, (proposal, call) in enumerate(_replay(verifier, drafter, inputs, reference, expected["calls"])):
         assert proposal.draft_ids.tolist() == call["draft_ids"]
-        scores = _full_vocabulary_scores(proposal, verifier.config.vocab_size)
-        torch.testing.assert_close(scores, expected_scores[f"call_{index}"], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(proposal.draft_logits, expected_scores[f"call_{index}"], atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(proposal.confidence(), torch.tensor(call["confidence"]), atol=1e-6, rtol=1e-5)
         replayed += 1
     assert replayed == len(expected["calls"]) == 4
@@ -91,7 +84,7 @@ def test_drafter_saved_by_earlier_code_loads_and_drafts_identically(name):
             max_new_tokens=12,
             custom_generate=speculative_generate,
             drafter=drafter,
-            block_size=None if k == "None" else int(k),
+            num_draft_tokens=None if k == "None" else int(k),
             return_dict_in_generate=True,
         )
         stats = output.speculative_stats
@@ -115,8 +108,7 @@ def test_shipped_demo_drafter_loads_and_drafts_identically():
     replayed = 0
     for proposal, call in _replay(verifier, drafter, dict(inputs), reference, expected["calls"]):
         assert proposal.draft_ids.tolist() == call["draft_ids"]
-        scores = _full_vocabulary_scores(proposal, verifier.config.vocab_size)
-        top = scores.topk(5, dim=-1)
+        top = proposal.draft_logits.topk(5, dim=-1)
         assert top.indices.tolist() == call["top_ids"]
         torch.testing.assert_close(top.values, torch.tensor(call["top_scores"]), atol=1e-4, rtol=1e-5)
         torch.testing.assert_close(proposal.confidence(), torch.tensor(call["confidence"]), atol=1e-5, rtol=1e-4)
