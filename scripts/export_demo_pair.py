@@ -21,8 +21,8 @@ import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from specdec_hf import SpecDrafterModel
+from specdec_hf.dtypes import TORCH_DTYPES
 
-DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 NOTICE = """Sources and licences of heldout_test.jsonl (sentences from the test split of the corpus built by
 `python -m specdec_hf.data.debian_corpus --task translation`), and of the data the models were trained on:
 - rows with "source": "ding" — Ding dictionary (Debian package trans-de-en), GPL-2+.
@@ -131,14 +131,14 @@ def main() -> None:
     parser.add_argument("--output_dir", type=Path, default=Path("models/demo-en-de"))
     parser.add_argument("--heldout", type=Path, default=Path("data/debian_en_de/test.jsonl"))
     parser.add_argument("--heldout_rows", type=int, default=200)
-    parser.add_argument("--dtype", choices=sorted(DTYPES), default="float16")
+    parser.add_argument("--dtype", choices=sorted(TORCH_DTYPES), default="float16")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--num_draft_tokens", type=int, default=None, help="The drafter's k when generate() is given none."
     )
     parser.add_argument("--test_results", type=str, default="", help="A line of measured test figures for the card.")
     args = parser.parse_args()
-    dtype = DTYPES[args.dtype]
+    dtype = TORCH_DTYPES[args.dtype]
     out = args.output_dir
     out.mkdir(parents=True, exist_ok=True)
     if args.verifier is not None:

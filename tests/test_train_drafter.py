@@ -20,7 +20,7 @@ import train_drafter
 from specdec_hf import SpecDrafterAdapter, SpecDrafterModel
 from specdec_hf.config_parsing import parse_yaml_and_cli
 from specdec_hf.data import DataArguments, load_text_pairs
-from specdec_hf.distillation import distill, load_distilled_dataset
+from specdec_hf.distillation import DistillationSettings, distill, load_distilled_dataset
 from specdec_hf.training import evaluate_drafter
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,7 +37,8 @@ def workspace(tmp_path_factory) -> Path:
     verifier = build_verifier("bart")
     verifier.save_pretrained(root / "verifier")
     tokenizer.save_pretrained(root / "verifier")
-    distill(verifier, tokenizer, pairs, root / "distilled", batch_size=32, max_new_tokens=12, progress=False)
+    settings = DistillationSettings(output_dir=str(root / "distilled"), batch_size=32, max_new_tokens=12)
+    distill(verifier, tokenizer, pairs, settings, progress=False)
     return root
 
 

@@ -7,13 +7,12 @@ from dataclasses import dataclass
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
+from ..dtypes import TORCH_DTYPES
 from ..models import SpecDrafterModel
 from ..prepacked_linear import prepack_linear_layers
 from .arguments import EvaluationArguments
 
 __all__ = ["EvaluationModels", "load_models", "resolve_device"]
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @dataclass
@@ -38,11 +37,11 @@ def resolve_device(name: str) -> torch.device:
 
 def load_models(args: EvaluationArguments, device: torch.device) -> EvaluationModels:
     """Load every model of `args` onto `device` in `args.dtype`, frozen and in eval mode."""
-    dtype = _DTYPES[args.dtype]
+    dtype = TORCH_DTYPES[args.dtype]
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_name_or_path or args.verifier_name_or_path)
     attention = {} if args.attn_implementation is None else {"attn_implementation": args.attn_implementation}
     verifier = AutoModelForSeq2SeqLM.from_pretrained(args.verifier_name_or_path, dtype=dtype, **attention)
-    drafter_dtype = _DTYPES[args.drafter_dtype or args.dtype]
+    drafter_dtype = TORCH_DTYPES[args.drafter_dtype or args.dtype]
     drafters = [SpecDrafterModel.from_pretrained(path, dtype=drafter_dtype) for path in args.drafters]
     assistant = None
     if any(strategy.kind == "assisted" for strategy in args.resolved_strategies):

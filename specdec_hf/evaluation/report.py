@@ -14,6 +14,7 @@ import sacrebleu
 import torch
 import transformers
 
+from ..files import write_json_atomic
 from .interleaved import format_spread
 from .machine import cpu_model
 
@@ -24,7 +25,6 @@ __all__ = [
     "environment_info",
     "markdown_tables",
     "write_generations",
-    "write_json",
     "write_report",
 ]
 
@@ -144,15 +144,6 @@ def markdown_tables(results: dict[str, dict], metrics: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
-def write_json(data: dict, path: str | Path) -> Path:
-    """Write `data` as indented JSON (written to a temporary file first, then renamed)."""
-    path = Path(path)
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
-    temporary.replace(path)
-    return path
-
-
 def write_generations(rows: Sequence[dict], path: str | Path) -> Path:
     """Write one JSON object per line (`id`, `source`, `reference`, `hypothesis`, ...)."""
     path = Path(path)
@@ -186,7 +177,7 @@ def write_report(data: dict[str, Any], args, output_dir: Path) -> None:
         footer += f"\nMemory: {data['memory']['method']}."
     text = header + "\n" + markdown_tables(data["strategies"], args.metrics) + "\n" + footer + "\n"
     (output_dir / TABLE_FILE).write_text(text)
-    write_json(data, output_dir / RESULTS_FILE)
+    write_json_atomic(output_dir / RESULTS_FILE, data)
     print(text)
     print(f"Results: {output_dir / RESULTS_FILE}, {output_dir / TABLE_FILE}, {output_dir / 'generations'}/")
     if data["sweep"] is not None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from ..distillation import lengths_up_to_eos
+from ..data.padding import lengths_up_to_eos
 from .loss import DrafterLossSettings, drafter_training_loss
 
 __all__ = ["distill_greedy_outputs", "fit_drafter_in_memory"]

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
 from specdec_hf.evaluation import parse_strategy, resolve_strategies
-from specdec_hf.evaluation.batching import make_batches, restore_order, single_row_groups, trim_generated
+from specdec_hf.evaluation.batching import make_batches, restore_order, single_row_groups
 from specdec_hf.evaluation.report import markdown_tables
 from specdec_hf.evaluation.strategies import Strategy, generation_kwargs
 from specdec_hf.evaluation.sweep import plot_latency_throughput, run_sweep
@@ -31,12 +30,6 @@ def test_single_row_groups_follow_the_rows_of_each_batch():
     by_group = single_row_groups(groups, single)
     assert [[batch.rows for batch in group] for group in by_group] == [[[4], [1]], [[2], [0]], [[3]]]
     assert by_group[0][1].input_ids.tolist() == [[5, 6, 7, 1]]  # unpadded: alone in its batch
-
-
-def test_trim_generated_drops_the_start_token_and_what_follows_eos():
-    sequences = torch.tensor([[0, 5, 6, 1, 0, 0], [0, 7, 8, 9, 10, 11], [0, 1, 0, 0, 0, 0]])
-    assert trim_generated(sequences, [1]) == [[5, 6, 1], [7, 8, 9, 10, 11], [1]]
-    assert trim_generated(sequences, [1, 6]) == [[5, 6], [7, 8, 9, 10, 11], [1]]
 
 
 def test_parse_strategy_names():
