@@ -3,7 +3,7 @@
 The drafter proposes the verifier's own greedy continuation (looked up, costing almost nothing), so this isolates
 what the decoding loop and the k-token verification cost against plain greedy decoding. Greedy and speculative
 runs alternate in one process (rotating order), and the speed-up is the median of the per-run ratios. Not a test: it
-prints figures (median and min–max of --repeats runs) for the README.
+prints figures (median and min–max of --repeats runs) for docs/RESULTS.md.
 
     python benchmarks/bench_loop_overhead.py --repeats 7
 """
