@@ -173,6 +173,7 @@ def run_speculative_loop(
     rows = _start(input_ids, config)
     context = RowContext(encoder_outputs, encoder_attention_mask, drafter_state)
     stats = SpeculativeDecodingStats.for_batch(input_ids.shape[0], config.num_draft_tokens)
+    # only EOS and length criteria (generate()'s defaults): the stop stage applies them vectorised
     simple = all(isinstance(c, (MaxLengthCriteria, EosTokenCriteria)) for c in stopping_criteria)
     position_limit = getattr(verifier.config, "max_position_embeddings", None)
     state_layers = getattr(drafter, "verifier_state_layers", None)

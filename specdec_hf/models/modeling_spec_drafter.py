@@ -134,14 +134,14 @@ class SpecDrafterDecoder(nn.Module):
         num_draft_tokens = mask_positions.shape[1]
         device = inputs_embeds.device
 
-        prefix_states = inputs_embeds + self.embed_positions(prefix_positions)
+        prefix_inputs = inputs_embeds + self.embed_positions(prefix_positions)
         slot_inputs = self.mask_embedding.expand(batch_size, num_draft_tokens, -1)
         if glance_mask is not None:
             slot_inputs = torch.where(glance_mask.unsqueeze(-1), glance_embeds, slot_inputs)
         mask_states = (slot_inputs + self.block_query_embeddings.weight[:num_draft_tokens]) + self.embed_positions(
             mask_positions
         )
-        hidden_states = torch.cat([prefix_states, mask_states], dim=1)
+        hidden_states = torch.cat([prefix_inputs, mask_states], dim=1)
         hidden_states = F.dropout(hidden_states, p=self.dropout, training=self.training)
 
         # Self-attention mask, True = may attend: keys are [cache | new prefix tokens | masks].
@@ -210,14 +210,14 @@ class SpecDrafterDecoder(nn.Module):
         batch_size, length, _ = inputs_embeds.shape
         device = inputs_embeds.device
         num_slots = split_lengths.shape[0] * num_draft_tokens
-        prefix_states = inputs_embeds + self.embed_positions(torch.arange(length, device=device))
+        prefix_inputs = inputs_embeds + self.embed_positions(torch.arange(length, device=device))
         slot_inputs = self.mask_embedding.expand(batch_size, num_slots, -1)
         if glance_mask is not None:
             slot_inputs = torch.where(glance_mask.unsqueeze(-1), glance_embeds, slot_inputs)
         block_index = torch.arange(num_draft_tokens, device=device).repeat(split_lengths.shape[0])
         slot_positions = split_lengths.repeat_interleave(num_draft_tokens) + block_index
         slot_states = slot_inputs + self.block_query_embeddings(block_index) + self.embed_positions(slot_positions)
-        hidden_states = torch.cat([prefix_states, slot_states], dim=1)
+        hidden_states = torch.cat([prefix_inputs, slot_states], dim=1)
         hidden_states = F.dropout(hidden_states, p=self.dropout, training=self.training)
         attention_mask = every_split_attention_mask(prefix_mask, split_lengths, num_draft_tokens)
         return self._run_layers(
