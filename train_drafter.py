@@ -105,14 +105,16 @@ def build_drafter(args: DrafterTrainingArguments, verifier, train: datasets.Data
         drafter = load_pretrained(
             SpecDrafterModel.from_pretrained, args.drafter_name_or_path, "drafter_name_or_path", dtype=torch.float32
         )
-        if args.drafter_config or args.block_size != drafter.config.block_size:
+        if args.drafter_config or args.max_draft_tokens != drafter.config.max_draft_tokens:
             raise ValueError(
-                f"drafter_name_or_path continues a drafter with block_size {drafter.config.block_size} and its own config: "
-                "drop `drafter_config` and set `block_size` to match (or drop drafter_name_or_path to build anew)."
+                f"drafter_name_or_path continues a drafter with max_draft_tokens {drafter.config.max_draft_tokens} and "
+                "its own config: drop `drafter_config` and set `max_draft_tokens` to match (or drop "
+                "drafter_name_or_path to build anew)."
             )
-        if drafter.vocab_size != verifier.config.vocab_size:
+        if drafter.config.vocab_size != verifier.config.vocab_size:
             raise ValueError(
-                f"drafter_name_or_path has vocabulary {drafter.vocab_size}, the verifier {verifier.config.vocab_size}: "
+                f"drafter_name_or_path has vocabulary {drafter.config.vocab_size}, the verifier "
+                f"{verifier.config.vocab_size}: "
                 "continue from a drafter of this verifier, or drop drafter_name_or_path to build a new one."
             )
         return drafter
@@ -124,7 +126,7 @@ def build_drafter(args: DrafterTrainingArguments, verifier, train: datasets.Data
         coverage = token_coverage(counts, draft_vocab_ids)
         logger.info(f"draft vocabulary: {args.draft_vocab_size} of {vocab_size} ids cover {coverage:.2%} of targets")
     drafter = SpecDrafterModel.from_verifier(
-        verifier, block_size=args.block_size, draft_vocab_ids=draft_vocab_ids, **args.drafter_config
+        verifier, max_draft_tokens=args.max_draft_tokens, draft_vocab_ids=draft_vocab_ids, **args.drafter_config
     )
     drafter.config.verifier_name_or_path = args.verifier_name_or_path
     return drafter
@@ -304,7 +306,7 @@ def _save_final(accelerator, drafter, args: DrafterTrainingArguments, steps: int
         args.dataset_description,
         steps,
         metrics,
-        objective=args.loss_settings().describe(model.config.block_size),
+        objective=args.loss_settings().describe(model.config.max_draft_tokens),
         model_name=args.hub_model_id,
     )
     logger.info(f"saved the drafter to {args.output_dir}")

@@ -105,13 +105,13 @@ def read_sources(path, tokenizer, limit: int, seed: int | None = None) -> list:
     return [tokenizer(examples[row]["translation"]["en"], return_tensors="pt") for row in rows]
 
 
-def add_demo_pair_arguments(parser, limit: int, block_size: int) -> None:
+def add_demo_pair_arguments(parser, limit: int, num_draft_tokens: int) -> None:
     """The arguments of the benchmarks that decode demo sentences: the pair, the sentences, the dtypes and k.
 
     Args:
         parser (`argparse.ArgumentParser`): Gains `--verifier`, `--drafter`, `--data`, `--limit`, `--dtype` (the
-            verifier's), `--drafter_dtype` and `--block_size`.
-        limit (`int`), block_size (`int`): The benchmark's defaults for `--limit` and `--block_size`.
+            verifier's), `--drafter_dtype` and `--num_draft_tokens`.
+        limit (`int`), num_draft_tokens (`int`): The benchmark's defaults for `--limit` and `--num_draft_tokens`.
     """
     parser.add_argument("--verifier", default="models/demo-en-de/verifier")
     parser.add_argument("--drafter", default="models/demo-en-de/drafter")
@@ -121,7 +121,7 @@ def add_demo_pair_arguments(parser, limit: int, block_size: int) -> None:
     parser.add_argument("--limit", type=int, default=limit, help="Sentences (the first N rows).")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="The verifier's.")
     parser.add_argument("--drafter_dtype", default="bfloat16", choices=["float32", "bfloat16"])
-    parser.add_argument("--block_size", type=int, default=block_size)
+    parser.add_argument("--num_draft_tokens", type=int, default=num_draft_tokens)
 
 
 def load_demo_pair(args, prepack: bool, attn_implementation: str | None = None):

@@ -46,7 +46,7 @@ def main() -> None:
     parser.add_argument("--data", default="data/debian_en_de/validation.jsonl")
     parser.add_argument("--limit", type=int, default=60)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--block_size", type=int, default=8)
+    parser.add_argument("--num_draft_tokens", type=int, default=8)
     parser.add_argument("--threshold", type=float, default=None, help="draft_confidence_threshold")
     parser.add_argument("--drafter_dtype", default="bfloat16")
     parser.add_argument("--max_new_tokens", type=int, default=96)
@@ -55,7 +55,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print_header(args.repeats)
-    print(f"batch 1, {args.limit} validation rows, k = {args.block_size}, drafter {args.drafter_dtype}")
+    print(f"batch 1, {args.limit} validation rows, k = {args.num_draft_tokens}, drafter {args.drafter_dtype}")
 
     verifier = AutoModelForSeq2SeqLM.from_pretrained(args.verifier, dtype=torch.float32).eval()
     tokenizer = AutoTokenizer.from_pretrained(args.verifier)
@@ -63,7 +63,7 @@ def main() -> None:
     variants = {f"head {size}": cut_head(drafter, size).to(getattr(torch, args.drafter_dtype)) for size in args.sizes}
     inputs = read_sources(args.data, tokenizer, args.limit, seed=args.seed)
     plain = dict(do_sample=False, num_beams=1, max_new_tokens=args.max_new_tokens)
-    speculative = dict(custom_generate=speculative_generate, block_size=args.block_size)
+    speculative = dict(custom_generate=speculative_generate, num_draft_tokens=args.num_draft_tokens)
     if args.threshold is not None:
         speculative["draft_confidence_threshold"] = args.threshold
 

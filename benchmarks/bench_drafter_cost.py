@@ -24,7 +24,7 @@ import torch
 from _common import print_header, with_range
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DynamicCache, EncoderDecoderCache
 
-from specdec_hf import SpecDrafterModel, prepack_linear_layers
+from specdec_hf import SpecDrafterAdapter, SpecDrafterModel, prepack_linear_layers
 from specdec_hf.evaluation.interleaved import interleave
 
 SOURCE = "What worries me most is not that he said it, but that he is convinced there is nothing wrong in saying it."
@@ -33,11 +33,11 @@ VARIANTS = {
         decoder_layers=1,
         use_verifier_encoder=True,
         prefix_attention="causal",
-        prefix_feature_layers=[1, 2, 3],
+        verifier_state_layers=[1, 2, 3],
         draft_vocab_ids=range(4096),
     ),
     "1 causal layer, verifier's states of 3 layers, full head": dict(
-        decoder_layers=1, use_verifier_encoder=True, prefix_attention="causal", prefix_feature_layers=[1, 2, 3]
+        decoder_layers=1, use_verifier_encoder=True, prefix_attention="causal", verifier_state_layers=[1, 2, 3]
     ),
     "2 causal layers, verifier's encoder (shipped before)": dict(decoder_layers=2, use_verifier_encoder=True),
     "1 causal layer, verifier's encoder": dict(decoder_layers=1, use_verifier_encoder=True),
@@ -69,11 +69,12 @@ def verifier_forward(verifier, encoder_outputs, attention_mask, prefix, num_toke
 
 def drafter_propose(drafter, inputs, encoder_states, k: int, tokens_per_call: int) -> Callable[[int], float]:
     """A measure: median seconds of one `propose` call over a generation, the prefix growing by `tokens_per_call`."""
+    drafter = SpecDrafterAdapter(drafter)
     prefix = torch.randint(5, drafter.vocab_size, (1, 128))
     # a drafter that reads verifier states gets some of the right shape (the cost does not depend on their values)
     layers = drafter.verifier_state_layers
-    width = drafter.feature_proj.in_features if layers else 0  # the verifier's states, concatenated
-    states = {} if not layers else {"prefix_states": torch.randn(1, 128, width)}
+    width = drafter.model.feature_proj.in_features if layers else 0  # the verifier's states, concatenated
+    states = torch.randn(1, 128, width) if layers else None
 
     def measure(group: int) -> float:
         times = []
@@ -81,7 +82,7 @@ def drafter_propose(drafter, inputs, encoder_states, k: int, tokens_per_call: in
             state = drafter.init_drafting_state(inputs["input_ids"], inputs["attention_mask"], encoder_states)
             for length in range(1, 40, tokens_per_call):
                 start = time.perf_counter()
-                state = drafter.propose(state, prefix[:, :length], torch.tensor([length]), k, **states).state
+                state = drafter.propose(state, prefix[:, :length], torch.tensor([length]), k, states).state
                 times.append(time.perf_counter() - start)
         return statistics.median(times)
 
@@ -134,7 +135,7 @@ def main() -> None:
         overrides = {"prefix_attention": "causal", **overrides}
         if "draft_vocab_ids" in overrides:
             overrides["draft_vocab_ids"] = list(overrides["draft_vocab_ids"])
-        drafter = SpecDrafterModel.from_verifier(verifier, block_size=max(args.ks), **overrides).to(dtype).eval()
+        drafter = SpecDrafterModel.from_verifier(verifier, max_draft_tokens=max(args.ks), **overrides).to(dtype).eval()
         if args.prepack_linear:
             prepack_linear_layers(drafter)
         for k in args.ks:

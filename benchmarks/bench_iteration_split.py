@@ -23,7 +23,7 @@ import torch
 from _common import GREEDY_KWARGS, add_demo_pair_arguments, load_demo_pair, print_header, read_sources, with_range
 from transformers import AutoTokenizer, DynamicCache, EncoderDecoderCache
 
-from specdec_hf import speculative_generate
+from specdec_hf import SpecDrafterAdapter, speculative_generate
 from specdec_hf.evaluation import ModuleTimer, TimedDrafter
 from specdec_hf.evaluation.interleaved import interleave, rotation
 
@@ -31,7 +31,7 @@ CPU = torch.device("cpu")
 PARTS = ("encoder", "decoder", "drafter", "rest")
 
 
-def split_runs(verifier, drafter, sources, block_size: int, repeats: int) -> dict[str, dict[str, list[float]]]:
+def split_runs(verifier, drafter, sources, num_draft_tokens: int, repeats: int) -> dict[str, dict[str, list[float]]]:
     """Per strategy and part, one total per repeat (seconds over all sentences); also forwards, calls, tokens."""
     encoder_timer = ModuleTimer([verifier.get_encoder()], CPU)
     decoder_timer = ModuleTimer([verifier.get_decoder(), verifier.get_output_embeddings()], CPU)
@@ -50,7 +50,9 @@ def split_runs(verifier, drafter, sources, block_size: int, repeats: int) -> dic
         if name == "greedy":
             output = verifier.generate(**sources[group], **GREEDY_KWARGS)
         else:
-            extra = dict(custom_generate=speculative_generate, drafter=timed_drafter, block_size=block_size)
+            extra = dict(
+                custom_generate=speculative_generate, drafter=timed_drafter, num_draft_tokens=num_draft_tokens
+            )
             output = verifier.generate(**sources[group], **GREEDY_KWARGS, **extra)
         total = time.perf_counter() - start
         record = parts[name]
@@ -81,17 +83,18 @@ def run_totals(record: dict[str, list[float]]) -> list[float]:
     return [sum(record[part][repeat] for part in PARTS) for repeat in range(len(record["encoder"]))]
 
 
-def alternation(verifier, drafter, source, block_size: int, rounds: int, calls: int) -> dict[str, float]:
+def alternation(verifier, drafter, source, num_draft_tokens: int, rounds: int, calls: int) -> dict[str, float]:
     """Median seconds of a (k+1)-token verification and of a drafter call, each alone and right after the other.
 
     Every round runs `calls` of each pattern (verifications alone, drafter calls alone, pairs), in a rotating
     order. Each drafter call reads the same two prefix tokens past its cache, as a loop accepting about one draft
     per iteration would: the drafter's cache length is set back before every call (a `SpecDrafterModel` state).
     """
+    drafter = SpecDrafterAdapter(drafter)
     prefix = torch.randint(5, min(drafter.vocab_size, 4000), (1, 40))
     prefix[:, 0] = verifier.config.decoder_start_token_id
     layers = drafter.verifier_state_layers
-    states = {} if not layers else {"prefix_states": torch.randn(1, 40, drafter.feature_proj.in_features)}
+    states = torch.randn(1, 40, drafter.model.feature_proj.in_features) if layers else None
     with torch.no_grad():
         encoder_outputs = verifier.get_encoder()(**source)
         cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
@@ -99,25 +102,24 @@ def alternation(verifier, drafter, source, block_size: int, rounds: int, calls: 
         verifier(decoder_input_ids=prefix[:, :20], cache=cache, **kwargs)
         state = [drafter.init_drafting_state(source["input_ids"], source["attention_mask"], encoder_outputs[0])]
         state[0] = drafter.propose(
-            state[0],
-            prefix[:, :19],
-            torch.tensor([19]),
-            block_size,
-            **{name: value[:, :19] for name, value in states.items()},
+            state[0], prefix[:, :19], torch.tensor([19]), num_draft_tokens, None if states is None else states[:, :19]
         ).state
 
         def verify() -> float:
             start = time.perf_counter()
             verifier(
-                decoder_input_ids=prefix[:, 20 : 21 + block_size], cache=cache, output_hidden_states=True, **kwargs
+                decoder_input_ids=prefix[:, 20 : 21 + num_draft_tokens],
+                cache=cache,
+                output_hidden_states=True,
+                **kwargs,
             )
-            cache.crop(-(block_size + 1))
+            cache.crop(-(num_draft_tokens + 1))
             return time.perf_counter() - start
 
         def draft() -> float:
             start = time.perf_counter()
-            extra = {name: value[:, :21] for name, value in states.items()}
-            proposal = drafter.propose(state[0], prefix[:, :21], torch.tensor([21]), block_size, **extra)
+            extra = None if states is None else states[:, :21]
+            proposal = drafter.propose(state[0], prefix[:, :21], torch.tensor([21]), num_draft_tokens, extra)
             elapsed = time.perf_counter() - start
             state[0] = replace(proposal.state, cache_length=19)  # the next call reads positions 19 and 20 again
             return elapsed
@@ -141,7 +143,7 @@ def alternation(verifier, drafter, source, block_size: int, rounds: int, calls: 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_demo_pair_arguments(parser, limit=40, block_size=8)
+    add_demo_pair_arguments(parser, limit=40, num_draft_tokens=8)
     parser.add_argument("--attn_implementation", default=None, help="The verifier's (default: transformers').")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
@@ -157,13 +159,13 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(args.verifier)
     sources = read_sources(args.data, tokenizer, args.limit)
 
-    parts = split_runs(verifier, drafter, sources, args.block_size, args.repeats)
+    parts = split_runs(verifier, drafter, sources, args.num_draft_tokens, args.repeats)
     greedy_tokens = statistics.median(parts["greedy"]["tokens"])
     greedy_per_token = [total / greedy_tokens for total in run_totals(parts["greedy"])]
     print(
         f"\nverifier {args.verifier} ({args.dtype}, attention {verifier.config._attn_implementation}"
         f"{', linear layers prepacked' if args.prepack_linear else ''}), drafter "
-        f"{args.drafter} ({args.drafter_dtype}), k={args.block_size}, batch 1, {len(sources)} sentences; "
+        f"{args.drafter} ({args.drafter_dtype}), k={args.num_draft_tokens}, batch 1, {len(sources)} sentences; "
         f"greedy costs {with_range(greedy_per_token, 2, 1e3)} ms per token"
     )
     print("\n| ms per sentence | total | encoder | decoder forwards (count) | drafter calls (count) | rest | tokens |")
@@ -194,8 +196,8 @@ def main() -> None:
     )
 
     rounds, calls = 10, 30
-    times = alternation(verifier, drafter, sources[0], args.block_size, rounds, calls)
-    print(f"\n| k={args.block_size}, median of {rounds} interleaved rounds of {calls} calls | ms |")
+    times = alternation(verifier, drafter, sources[0], args.num_draft_tokens, rounds, calls)
+    print(f"\n| k={args.num_draft_tokens}, median of {rounds} interleaved rounds of {calls} calls | ms |")
     print("|---|---|")
     for name, seconds in times.items():
         print(f"| {name} | {seconds * 1e3:.3f} |")

@@ -3,7 +3,7 @@
 The drafter proposes the verifier's own greedy continuation (looked up, costing almost nothing), so this isolates
 what the decoding loop and the k-token verification cost against plain greedy decoding. Greedy and speculative
 runs alternate in one process (rotating order), and the speed-up is the median of the per-run ratios. Not a test: it
-prints figures (median and min–max of --repeats runs) for the README.
+prints figures (median and min–max of --repeats runs) for docs/RESULTS.md.
 
     python benchmarks/bench_loop_overhead.py --repeats 7
 """
@@ -12,19 +12,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
-from pathlib import Path
 
 import torch
 from _common import TimedCall, print_header, with_range
 from transformers import BartConfig, BartForConditionalGeneration
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from oracle_drafters import OracleDrafter  # noqa: E402
-
-from specdec_hf import speculative_generate  # noqa: E402
-from specdec_hf.evaluation import ModuleTimer  # noqa: E402
-from specdec_hf.evaluation.interleaved import paired_speedups, time_interleaved  # noqa: E402
+from specdec_hf import speculative_generate
+from specdec_hf.evaluation import ModuleTimer
+from specdec_hf.evaluation.interleaved import paired_speedups, time_interleaved
+from specdec_hf.testing import OracleDrafter
 
 CPU = torch.device("cpu")
 
@@ -63,13 +59,13 @@ def build(shape: str) -> BartForConditionalGeneration:
     return model
 
 
-def bench(shape: str, block_size: int, new_tokens: int, repeats: int) -> dict:
+def bench(shape: str, num_draft_tokens: int, new_tokens: int, repeats: int) -> dict:
     """Greedy and speculative `generate()` on one source, `repeats` runs each, interleaved; per-run figures."""
     model = build(shape)
     inputs = {"input_ids": torch.randint(4, 1000, (1, 24))}
     greedy_kwargs = dict(do_sample=False, num_beams=1, max_new_tokens=new_tokens, min_new_tokens=None)
     reference = model.generate(**inputs, **greedy_kwargs)
-    drafter = OracleDrafter(reference, model.config.vocab_size, block_size, "right")
+    drafter = OracleDrafter(reference, model.config.vocab_size, num_draft_tokens, "right")
     drafter.propose = TimedCall(drafter.propose)
     loop = TimedCall(speculative_generate)
     timer = ModuleTimer([model], CPU)  # the verifier's forwards: generate() calls its encoder on its own
@@ -92,10 +88,12 @@ def bench(shape: str, block_size: int, new_tokens: int, repeats: int) -> dict:
     with timer:
         time_interleaved(runners, num_groups=1, repeats=1, device=CPU, desc="warm-up")
         loop_shares.clear()
-        times = time_interleaved(runners, num_groups=1, repeats=repeats, device=CPU, desc=f"{shape} k={block_size}")
+        times = time_interleaved(
+            runners, num_groups=1, repeats=repeats, device=CPU, desc=f"{shape} k={num_draft_tokens}"
+        )
     return {
         "shape": shape,
-        "k": block_size,
+        "k": num_draft_tokens,
         "new_tokens": reference.shape[1] - 1,
         "greedy_s": times["greedy"],
         "speculative_s": times["speculative"],
@@ -108,7 +106,7 @@ def bench(shape: str, block_size: int, new_tokens: int, repeats: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
-    parser.add_argument("--block_size", type=int, default=10)
+    parser.add_argument("--num_draft_tokens", type=int, default=10)
     parser.add_argument("--new_tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
@@ -119,7 +117,7 @@ def main() -> None:
     print("| verifier | k | tokens | greedy (s) | speculative (s) | speed-up | Tok. | loop's own share of its time |")
     print("|---|---|---|---|---|---|---|---|")
     for shape in args.shapes:
-        r = bench(shape, args.block_size, args.new_tokens, args.repeats)
+        r = bench(shape, args.num_draft_tokens, args.new_tokens, args.repeats)
         print(
             f"| {r['shape']} | {r['k']} | {r['new_tokens']} | {with_range(r['greedy_s'])} | "
             f"{with_range(r['speculative_s'])} | {with_range(r['speed_ups'], 2, suffix='x')} | "

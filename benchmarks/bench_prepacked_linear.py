@@ -70,7 +70,7 @@ def decoding_table(args) -> None:
         verifier, drafter = models[variant]
         extra = {}
         if strategy == "speculative":
-            extra = dict(custom_generate=speculative_generate, drafter=drafter, block_size=args.block_size)
+            extra = dict(custom_generate=speculative_generate, drafter=drafter, num_draft_tokens=args.num_draft_tokens)
         start = time.perf_counter()
         output = verifier.generate(**sources[group], **GREEDY_KWARGS, **extra)
         elapsed = time.perf_counter() - start
@@ -87,7 +87,7 @@ def decoding_table(args) -> None:
         return sum(torch.equal(outputs[a][g], outputs[b][g]) for g in range(len(sources)))
 
     print(
-        f"\nverifier {args.verifier} ({args.dtype}), drafter {args.drafter} ({args.drafter_dtype}), k={args.block_size}, "
+        f"\nverifier {args.verifier} ({args.dtype}), drafter {args.drafter} ({args.drafter_dtype}), k={args.num_draft_tokens}, "
         f"batch 1, {len(sources)} sentences"
     )
     print("\n| models | greedy (s) | speculative (s) | speculative / greedy of the same models | = greedy |")
@@ -113,7 +113,7 @@ def decoding_table(args) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_demo_pair_arguments(parser, limit=60, block_size=4)
+    add_demo_pair_arguments(parser, limit=60, num_draft_tokens=4)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=9, help="Interleaved rounds of the layer table.")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")

@@ -43,7 +43,7 @@ def main() -> None:
     parser.add_argument("--model_dir", type=Path, default=Path("models/demo-en-de"))
     parser.add_argument("--limit", type=int, default=50)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--block_size", type=int, default=None)
+    parser.add_argument("--num_draft_tokens", type=int, default=None)
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--top_k", type=int, default=0)
     parser.add_argument("--top_p", type=float, default=1.0)
@@ -57,7 +57,7 @@ def main() -> None:
     drafter = SpecDrafterModel.from_pretrained(args.model_dir / "drafter", dtype=torch.float32).eval()
     sources = read_sources(args.model_dir / "heldout_test.jsonl", tokenizer, args.limit)
     sampling = dict(do_sample=True, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
-    speculative = dict(custom_generate=speculative_generate, drafter=drafter, block_size=args.block_size)
+    speculative = dict(custom_generate=speculative_generate, drafter=drafter, num_draft_tokens=args.num_draft_tokens)
 
     counts = {name: {"tokens": 0, "passes": 0} for name in ("plain", "speculative")}
     runners = {

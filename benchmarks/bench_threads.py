@@ -21,7 +21,7 @@ from specdec_hf.evaluation.interleaved import interleave, paired_speedups
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_demo_pair_arguments(parser, limit=60, block_size=4)
+    add_demo_pair_arguments(parser, limit=60, num_draft_tokens=4)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--plain", action="store_true", help="Without prepack_linear_layers.")
@@ -35,7 +35,7 @@ def main() -> None:
         torch.set_num_threads(threads)
         extra = {}
         if strategy == "speculative":
-            extra = dict(custom_generate=speculative_generate, drafter=drafter, block_size=args.block_size)
+            extra = dict(custom_generate=speculative_generate, drafter=drafter, num_draft_tokens=args.num_draft_tokens)
         start = time.perf_counter()
         for source in sources:
             verifier.generate(**source, **GREEDY_KWARGS, **extra)
@@ -53,7 +53,7 @@ def main() -> None:
     print(
         f"\nverifier {args.verifier} ({args.dtype}{', plain' if args.plain else ', prepacked'}), drafter "
         f"{args.drafter_dtype}, "
-        f"k={args.block_size}, batch 1, {len(sources)} sentences\n"
+        f"k={args.num_draft_tokens}, batch 1, {len(sources)} sentences\n"
     )
     print("| threads | greedy (s) | speculative (s) | speculative / greedy |")
     print("|---|---|---|---|")

@@ -97,8 +97,8 @@ def build_context(device: torch.device, rows: int, workdir: Path) -> Context:
         verifier = MarianMTModel(MarianConfig(encoder_layers=2, decoder_layers=3, **config))
         assistant = MarianMTModel(MarianConfig(encoder_layers=1, decoder_layers=1, **config))
         drafter = SpecDrafterModel.from_verifier(
-            verifier, block_size=8, use_verifier_encoder=True, decoder_layers=1, prefix_attention="causal",
-            prefix_feature_layers=[1, 2, 3],
+            verifier, max_draft_tokens=8, use_verifier_encoder=True, decoder_layers=1, prefix_attention="causal",
+            verifier_state_layers=[1, 2, 3],
         )  # fmt: skip
         verifier_dir = workdir / "tiny_verifier"
         verifier.save_pretrained(verifier_dir)
@@ -155,7 +155,7 @@ def check_exactness(ctx: Context) -> dict:
                 kwargs = dict(GREEDY, return_dict_in_generate=True, output_scores=True)
                 greedy = verifier.generate(**inputs, **kwargs)
                 speculative = verifier.generate(
-                    **inputs, **kwargs, custom_generate=speculative_generate, drafter=drafter, block_size=4
+                    **inputs, **kwargs, custom_generate=speculative_generate, drafter=drafter, num_draft_tokens=4
                 )
                 same, close = _same_or_tied(greedy, speculative, atol)
                 identical, tied, total = identical + same, tied + close, total + inputs["input_ids"].shape[0]
@@ -183,7 +183,7 @@ class _Collect(BaseStreamer):
 def check_modes(ctx: Context) -> dict:
     """Sampling (reproducible), a confidence threshold and a logits processor (both = greedy), a streamer."""
     inputs = ctx.inputs(ctx.sentences[:4])
-    spec = dict(custom_generate=speculative_generate, drafter=ctx.drafter, block_size=4)
+    spec = dict(custom_generate=speculative_generate, drafter=ctx.drafter, num_draft_tokens=4)
     runs = []
     for _ in range(2):
         torch.manual_seed(0)
@@ -210,7 +210,7 @@ def check_host_syncs(ctx: Context) -> dict:
     report = {}
     for batch in (1, 4):
         inputs = ctx.inputs(ctx.sentences[:batch])
-        kwargs = dict(GREEDY, custom_generate=speculative_generate, drafter=ctx.drafter, block_size=4)
+        kwargs = dict(GREEDY, custom_generate=speculative_generate, drafter=ctx.drafter, num_draft_tokens=4)
         with HostSyncCounter(ctx.verifier) as counter:
             ctx.verifier.generate(**inputs, **kwargs)
         per_iteration = counter.per_iteration()[:-1]  # the last bucket is the wrap-up after the last iteration
@@ -233,7 +233,7 @@ def _timing_runners(ctx: Context, groups: list[dict], batch: int) -> dict[str, C
     runners: dict[str, Callable[[int], object]] = {
         "greedy": lambda g: ctx.verifier.generate(**groups[g], **GREEDY),
         "speculative": lambda g: ctx.verifier.generate(
-            **groups[g], **GREEDY, custom_generate=speculative_generate, drafter=ctx.drafter, block_size=4
+            **groups[g], **GREEDY, custom_generate=speculative_generate, drafter=ctx.drafter, num_draft_tokens=4
         ),
     }
     if batch == 1:  # transformers' assisted generation refuses larger batches
@@ -263,15 +263,15 @@ def check_estimator(ctx: Context) -> dict:
     if ctx.tiny:
         shapes = [str(ctx.verifier_dir)]
         settings = MeasurementSettings(sentences=1, max_new_tokens=8, rounds=1, calibration_rounds=1, device="cpu")
-        block_sizes = [2, 4]
+        num_draft_tokens_values = [2, 4]
     else:
         shapes = ["opus-mt-en-de", "bart-base"]
         settings = MeasurementSettings(device=str(ctx.device), prepack_linear=False)
-        block_sizes = [2, 4, 8]
+        num_draft_tokens_values = [2, 4, 8]
     report = {}
     for shape in shapes:
         result = estimate_shape(
-            shape, AcceptanceProfile.constant_for_tokens(2.5, 4), block_sizes, [2.5, 3.0], settings
+            shape, AcceptanceProfile.constant_for_tokens(2.5, 4), num_draft_tokens_values, [2.5, 3.0], settings
         )
         report[shape] = {
             "greedy_ms_per_token": result["greedy_ms_per_token"],
@@ -304,7 +304,7 @@ def check_training(ctx: Context) -> dict:
     train = [
         python, "-m", "accelerate.commands.launch", "--config_file", str(launch_config), "train_drafter.py",
         "--verifier_name_or_path", str(ctx.verifier_dir), "--train_data", str(work / "distilled"),
-        "--output_dir", str(work / "drafter"), "--block_size", "4", "--drafter_config",
+        "--output_dir", str(work / "drafter"), "--max_draft_tokens", "4", "--drafter_config",
         '{"decoder_layers": 1, "prefix_attention": "causal"}', "--per_device_train_batch_size", "8",
         "--warmup_steps", "2", "--checkpointing_steps", "10", "--eval_steps", "1000", "--eval_samples", "8",
         "--eval_max_new_tokens", "16", "--logging_steps", "5",

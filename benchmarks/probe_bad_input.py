@@ -76,6 +76,7 @@ from specdec_hf.data import DataArguments, load_text_pairs  # noqa: E402
 from specdec_hf.distillation import distill  # noqa: E402
 from specdec_hf.distillation import main as distillation_main  # noqa: E402
 from specdec_hf.evaluation import parse_evaluation_arguments  # noqa: E402
+from specdec_hf.generation import as_drafter  # noqa: E402
 from specdec_hf.training import write_model_card  # noqa: E402
 
 PROJECT_FILES = (
@@ -182,7 +183,7 @@ class Workspace:
         self.root = root
         torch.manual_seed(0)
         self.verifier = build_verifier("bart")
-        self.drafter = SpecDrafterModel.from_verifier(self.verifier, block_size=4, decoder_layers=1).eval()
+        self.drafter = SpecDrafterModel.from_verifier(self.verifier, max_draft_tokens=4, decoder_layers=1).eval()
         self.inputs = make_source_batch(1)
         self.batch = make_source_batch(4)
         texts = [" ".join(f"w{i}" for i in range(start, start + 20)) for start in range(0, 95, 5)]
@@ -199,7 +200,7 @@ class Workspace:
         marian = build_marian(len(tokenizer), seed=0)
         marian.save_pretrained(self.eval_dir / "verifier")
         tokenizer.save_pretrained(self.eval_dir / "verifier")
-        marian_drafter = SpecDrafterModel.from_verifier(marian, block_size=4, decoder_layers=1)
+        marian_drafter = SpecDrafterModel.from_verifier(marian, max_draft_tokens=4, decoder_layers=1)
         marian_drafter.save_pretrained(self.eval_dir / "drafter")
         shutil.copytree(self.eval_dir / "drafter", self.eval_dir / "truncated_drafter")
         truncate(self.eval_dir / "truncated_drafter" / "model.safetensors", 0.3)
@@ -279,7 +280,7 @@ class Workspace:
             "verifier_name_or_path": str(self.eval_dir / "verifier"),
             "train_data": str(self.root / "distilled"),
             "output_dir": str(self.root / name),
-            "block_size": 4,
+            "max_draft_tokens": 4,
             "drafter_config": {"decoder_layers": 1, "prefix_attention": "causal"},
             "per_device_train_batch_size": 8,
             "max_steps": 2,
@@ -307,9 +308,9 @@ class FaultyDrafter(Drafter):
     """Wraps the real drafter and spoils its proposal in one way."""
 
     def __init__(self, inner: SpecDrafterModel, fault: str, vocab_size=None):
-        self.inner, self.fault = inner, fault
+        self.inner, self.fault = as_drafter(inner), fault
         self.vocab_size = inner.vocab_size if vocab_size is None else vocab_size
-        self.block_size = inner.block_size
+        self.num_draft_tokens = self.inner.num_draft_tokens
 
     def init_drafting_state(self, input_ids, attention_mask, encoder_hidden_states):
         return self.inner.init_drafting_state(input_ids, attention_mask, encoder_hidden_states)
@@ -317,8 +318,8 @@ class FaultyDrafter(Drafter):
     def select_rows(self, state, rows):
         return self.inner.select_rows(state, rows)
 
-    def propose(self, state, prefix_ids, prefix_lengths, block_size):
-        proposal = self.inner.propose(state, prefix_ids, prefix_lengths, block_size)
+    def propose(self, state, prefix_ids, prefix_lengths, num_draft_tokens, verifier_states=None):
+        proposal = self.inner.propose(state, prefix_ids, prefix_lengths, num_draft_tokens, verifier_states)
         ids, logits = proposal.draft_ids, proposal.draft_logits
         if self.fault == "none":
             return None
@@ -421,11 +422,17 @@ def generation_cases(w: Workspace) -> list[Case]:
             "greedy",
             reference=w.greedy(w.batch),
         ),
-        Case(g, "block_size=1", w.speculative(block_size=1), "greedy", reference=w.greedy()),
-        Case(g, "block_size=0", w.speculative(block_size=0), "error", r"block_size.*0"),
-        Case(g, "block_size=-2", w.speculative(block_size=-2), "error", r"block_size"),
-        Case(g, "block_size=9 (> the drafter's 4)", w.speculative(block_size=9), "error", r"block_size.*at most"),
-        Case(g, "block_size=2.5", w.speculative(block_size=2.5), "error", r"block_size"),
+        Case(g, "num_draft_tokens=1", w.speculative(num_draft_tokens=1), "greedy", reference=w.greedy()),
+        Case(g, "num_draft_tokens=0", w.speculative(num_draft_tokens=0), "error", r"num_draft_tokens.*0"),
+        Case(g, "num_draft_tokens=-2", w.speculative(num_draft_tokens=-2), "error", r"num_draft_tokens"),
+        Case(
+            g,
+            "num_draft_tokens=9 (> the drafter's 4)",
+            w.speculative(num_draft_tokens=9),
+            "error",
+            r"num_draft_tokens.*at most",
+        ),
+        Case(g, "num_draft_tokens=2.5", w.speculative(num_draft_tokens=2.5), "error", r"num_draft_tokens"),
         Case(g, "beta=0", w.speculative(beta=0), "error", r"beta"),
         Case(g, "beta=1.5", w.speculative(beta=1.5), "error", r"beta"),
         Case(g, "tau=-1 with beta=2", w.speculative(beta=2, tau=-1.0), "error", r"tau"),
@@ -473,9 +480,9 @@ def generation_cases(w: Workspace) -> list[Case]:
         ),
     ]
     other_vocab = build_verifier("bart", vocab_size=120)
-    other_drafter = SpecDrafterModel.from_verifier(other_vocab, block_size=4, decoder_layers=1)
+    other_drafter = SpecDrafterModel.from_verifier(other_vocab, max_draft_tokens=4, decoder_layers=1)
     wide = build_verifier("bart", d_model=64, encoder_attention_heads=4, decoder_attention_heads=4)
-    wide_reader = SpecDrafterModel.from_verifier(wide, block_size=4, decoder_layers=1, use_verifier_encoder=True)
+    wide_reader = SpecDrafterModel.from_verifier(wide, max_draft_tokens=4, decoder_layers=1, use_verifier_encoder=True)
     gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=99, n_embd=32, n_layer=1, n_head=4, n_positions=64)).eval()
     embeds = {
         "inputs_embeds": w.verifier.get_input_embeddings()(w.inputs["input_ids"]),
@@ -614,10 +621,10 @@ def model_cases(w: Workspace) -> list[Case]:
     return [
         Case(
             g,
-            "from_verifier(block_size=0)",
-            lambda: SpecDrafterModel.from_verifier(w.verifier, block_size=0),
+            "from_verifier(max_draft_tokens=0)",
+            lambda: SpecDrafterModel.from_verifier(w.verifier, max_draft_tokens=0),
             "error",
-            r"block_size",
+            r"max_draft_tokens",
         ),
         Case(
             g,
@@ -636,7 +643,7 @@ def model_cases(w: Workspace) -> list[Case]:
         Case(
             g,
             "from_verifier(draft_vocab_ids out of range)",
-            lambda: SpecDrafterModel.from_verifier(w.verifier, block_size=4, draft_vocab_ids=[1, 2, 500]),
+            lambda: SpecDrafterModel.from_verifier(w.verifier, max_draft_tokens=4, draft_vocab_ids=[1, 2, 500]),
             "error",
             r"draft_vocab_ids",
         ),
@@ -704,7 +711,7 @@ def _simulated_missing_operator(w: Workspace) -> Callable[[], bool]:
         try:
             verifier, drafter = (
                 build_verifier("bart"),
-                SpecDrafterModel.from_verifier(w.verifier, block_size=4, decoder_layers=1).eval(),
+                SpecDrafterModel.from_verifier(w.verifier, max_draft_tokens=4, decoder_layers=1).eval(),
             )
             greedy = verifier.generate(**w.batch, do_sample=False, max_new_tokens=12)
             prepack_linear_layers(verifier)

@@ -20,7 +20,7 @@ from _common import print_header, with_range
 from torch.profiler import ProfilerActivity, profile
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from specdec_hf import SpecDrafterModel, prepack_linear_layers
+from specdec_hf import SpecDrafterAdapter, SpecDrafterModel, prepack_linear_layers
 
 SOURCES = [
     "Select the cells you want to copy and press Ctrl+C.",
@@ -33,12 +33,12 @@ def build_drafter(args, verifier) -> SpecDrafterModel:
     if args.new_design:
         return SpecDrafterModel.from_verifier(
             verifier,
-            block_size=args.block_size,
+            max_draft_tokens=args.num_draft_tokens,
             draft_vocab_ids=list(range(args.draft_vocab_size)) if args.draft_vocab_size else None,
             decoder_layers=1,
             prefix_attention="causal",
             use_verifier_encoder=True,
-            prefix_feature_layers=[1, 2, 3],
+            verifier_state_layers=[1, 2, 3],
         )
     return SpecDrafterModel.from_pretrained(args.drafter, dtype=torch.float32)
 
@@ -60,15 +60,16 @@ def decoding_paths(verifier, tokenizer, layers):
 
 
 @torch.no_grad()
-def run_calls(drafter, paths, step: int, block_size: int) -> list[float]:
+def run_calls(drafter, paths, step: int, num_draft_tokens: int) -> list[float]:
     """Call `propose` along every path; returns the wall time of each call."""
     times = []
+    drafter = SpecDrafterAdapter(drafter)
     for inputs, encoder_states, output, states in paths:
         state = drafter.init_drafting_state(inputs["input_ids"], inputs["attention_mask"], encoder_states)
         for length in range(1, output.shape[1], step):
-            extra = {} if states is None else {"prefix_states": states[:, :length]}
+            extra = None if states is None else states[:, :length]
             start = time.perf_counter()
-            proposal = drafter.propose(state, output[:, :length], torch.tensor([length]), block_size, **extra)
+            proposal = drafter.propose(state, output[:, :length], torch.tensor([length]), num_draft_tokens, extra)
             times.append(time.perf_counter() - start)
             state = proposal.state
     return times
@@ -80,7 +81,7 @@ def main() -> None:
     parser.add_argument("--drafter", default="models/demo-en-de/drafter")
     parser.add_argument("--new_design", action="store_true", help="An untrained drafter of the new demo design.")
     parser.add_argument("--draft_vocab_size", type=int, default=4096)
-    parser.add_argument("--block_size", type=int, default=8)
+    parser.add_argument("--num_draft_tokens", type=int, default=8)
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--step", type=int, default=2, help="Tokens the prefix grows by per call (about Tok.).")
     parser.add_argument("--repeats", type=int, default=5)
@@ -96,18 +97,18 @@ def main() -> None:
     drafter = build_drafter(args, verifier).to(getattr(torch, args.dtype)).eval()
     if args.prepack_linear:
         prepack_linear_layers(drafter)
-    paths = decoding_paths(verifier, tokenizer, getattr(drafter, "verifier_state_layers", None))
-    run_calls(drafter, paths, args.step, args.block_size)  # warm-up
+    paths = decoding_paths(verifier, tokenizer, drafter.config.verifier_state_layers)
+    run_calls(drafter, paths, args.step, args.num_draft_tokens)  # warm-up
     per_repeat = [
-        statistics.median(run_calls(drafter, paths, args.step, args.block_size)) for _ in range(args.repeats)
+        statistics.median(run_calls(drafter, paths, args.step, args.num_draft_tokens)) for _ in range(args.repeats)
     ]
     with profile(activities=[ProfilerActivity.CPU]) as profiler:
-        profiled = run_calls(drafter, paths, args.step, args.block_size)
+        profiled = run_calls(drafter, paths, args.step, args.num_draft_tokens)
     events = profiler.key_averages()
     # self CPU time of the operators (aten::...): what is not in them is Python around them
     operator_us = sum(event.self_cpu_time_total for event in events if event.key.startswith(("aten::", "mkldnn::")))
     print(
-        f"propose, k={args.block_size}, {args.dtype}: {with_range(per_repeat, 3, scale=1e3)} ms per call (median "
+        f"propose, k={args.num_draft_tokens}, {args.dtype}: {with_range(per_repeat, 3, scale=1e3)} ms per call (median "
         f"call of each of {args.repeats} repeats of {len(profiled)} calls); under the profiler, torch operators take "
         f"{operator_us / 1e6 / sum(profiled):.0%} of the calls' wall time"
     )

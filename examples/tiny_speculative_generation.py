@@ -45,7 +45,7 @@ def build_tiny_verifier(seed: int) -> BartForConditionalGeneration:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--block_size", type=int, default=6)
+    parser.add_argument("--num_draft_tokens", type=int, default=6)
     parser.add_argument("--train_steps", type=int, default=300)
     parser.add_argument("--max_new_tokens", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
@@ -61,7 +61,7 @@ def main() -> None:
     print(f"distilled {len(sources)} verifier outputs in {time.perf_counter() - start:.1f} s")
 
     drafter = SpecDrafterModel.from_verifier(
-        verifier, block_size=args.block_size, decoder_layers=1, prefix_attention="causal"
+        verifier, max_draft_tokens=args.num_draft_tokens, decoder_layers=1, prefix_attention="causal"
     )
     start = time.perf_counter()
     losses = fit_drafter_in_memory(

@@ -52,6 +52,6 @@ phase() {  # phase <last step> <arguments...>
 phase 1800
 phase 4400 --soft_label_weight 0 --num_threads 2
 phase 6000 --soft_label_weight 0 --lr_scheduler_type linear --num_threads 2
-# k=4 was the fastest on the validation split (README, "How the settings were chosen"): generate()'s default k
+# k=4 was the fastest on the validation split (docs/RESULTS.md, "How the settings were chosen"): generate()'s default k
 $PY scripts/export_demo_pair.py --drafter runs/drafter_debian_en_de_eagle --output_dir models/demo-en-de \
-  --default_block_size 4
+  --num_draft_tokens 4

@@ -22,9 +22,9 @@ from huggingface_hub import ModelCard
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from specdec_hf import SpecDrafterModel
+from specdec_hf.dtypes import TORCH_DTYPES
 from specdec_hf.training import drafter_card_data
 
-DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 NOTICE = """Sources and licences of heldout_test.jsonl (sentences from the test split of the corpus built by
 `python -m specdec_hf.data.debian_corpus --task translation`), and of the data the models were trained on:
 - rows with "source": "ding" — Ding dictionary (Debian package trans-de-en), GPL-2+.
@@ -97,20 +97,20 @@ def export_seq2seq(source: Path, target: Path, dtype: torch.dtype, card: str, te
 
 
 def export_drafter(
-    source: Path, target: Path, dtype: torch.dtype, verifier_path: str, default_block_size: int | None = None
+    source: Path, target: Path, dtype: torch.dtype, verifier_path: str, num_draft_tokens: int | None = None
 ) -> None:
     """Save the drafter in `dtype`, pointing its config at the shipped verifier, with its training model card.
 
-    `default_block_size` (the k generate() drafts when given none) is set when given, else kept as trained."""
+    `num_draft_tokens` (the k generate() drafts when given none) is set when given, else kept as trained."""
     drafter = SpecDrafterModel.from_pretrained(source, dtype=torch.float32)
     drafter.config.verifier_name_or_path = verifier_path
-    if default_block_size is not None:
-        if not 1 <= default_block_size <= drafter.config.block_size:
+    if num_draft_tokens is not None:
+        if not 1 <= num_draft_tokens <= drafter.config.max_draft_tokens:
             raise ValueError(
-                f"--default_block_size must be between 1 and the drafter's block_size ({drafter.config.block_size}), "
-                f"got {default_block_size}."
+                "--num_draft_tokens must be between 1 and the drafter's max_draft_tokens "
+                f"({drafter.config.max_draft_tokens}), got {num_draft_tokens}."
             )
-        drafter.config.default_block_size = default_block_size
+        drafter.config.num_draft_tokens = num_draft_tokens
     drafter.to(dtype).save_pretrained(target, safe_serialization=True)
     for name in ("README.md", "eval_results.json"):
         if (source / name).exists():
@@ -147,14 +147,14 @@ def main() -> None:
     parser.add_argument("--output_dir", type=Path, default=Path("models/demo-en-de"))
     parser.add_argument("--heldout", type=Path, default=Path("data/debian_en_de/test.jsonl"))
     parser.add_argument("--heldout_rows", type=int, default=200)
-    parser.add_argument("--dtype", choices=sorted(DTYPES), default="float16")
+    parser.add_argument("--dtype", choices=sorted(TORCH_DTYPES), default="float16")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--default_block_size", type=int, default=None, help="The drafter's k when generate() is given none."
+        "--num_draft_tokens", type=int, default=None, help="The drafter's k when generate() is given none."
     )
     parser.add_argument("--test_results", type=str, default="", help="A line of measured test figures for the card.")
     args = parser.parse_args()
-    dtype = DTYPES[args.dtype]
+    dtype = TORCH_DTYPES[args.dtype]
     out = args.output_dir
     out.mkdir(parents=True, exist_ok=True)
     if args.verifier is not None:
@@ -162,7 +162,7 @@ def main() -> None:
         export_heldout(args.heldout, out / "heldout_test.jsonl", args.heldout_rows, args.seed)
         (out / "NOTICE.md").write_text(NOTICE)
         print(f"verifier: {values['params']:.1f}M parameters")
-    export_drafter(args.drafter, out / "drafter", dtype, str(out / "verifier"), args.default_block_size)
+    export_drafter(args.drafter, out / "drafter", dtype, str(out / "verifier"), args.num_draft_tokens)
     if args.assistant is not None:
         export_seq2seq(args.assistant, out / "assistant", dtype, ASSISTANT_CARD)
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file()) / 2**20

@@ -6,6 +6,7 @@
 from .acceptance import accept_drafts, count_accepted
 from .drafting import Drafter, DraftProposal
 from .generation import (
+    SpecDrafterAdapter,
     SpeculativeDecodingStats,
     SpeculativeGenerateOutput,
     enable_speculative_decoding,
@@ -20,6 +21,7 @@ __all__ = [
     "DraftProposal",
     "Drafter",
     "PrepackedLinear",
+    "SpecDrafterAdapter",
     "SpecDrafterConfig",
     "SpecDrafterModel",
     "SpecDrafterOutput",

@@ -1,33 +1,87 @@
-"""Spec-Verification's acceptance rule (Xia et al., 2023, arXiv 2203.16487, §3.2).
+"""Every acceptance rule of the speculative decoding loop: which drafts are kept, and what is emitted where a row stops.
 
-A drafted token d_i is accepted when, under the verifier's distribution at its position,
+**Greedy: Spec-Verification's top-β/τ rule** (Xia et al., 2023, arXiv 2203.16487, §3.2). A drafted token d_i is
+accepted when, under the verifier's distribution at its position, (1) it is among the verifier's top-β candidates
+and (2) ``log p(top-1) - log p(d_i) <= τ``. Acceptance stops at the first rejection; the verifier's top-1 token is
+then appended (or, when all k drafts are accepted, the verifier's top-1 at position k+1 as a bonus token). With
+β = 1 only the verifier's argmax is ever accepted, so the output is exactly greedy decoding.
 
-1. it is among the verifier's top-β candidates, and
-2. ``log p(top-1) - log p(d_i) <= τ``.
+**Sampling: lossless speculative sampling** (Leviathan et al., 2023, arXiv 2211.17192; Chen et al., 2023, arXiv
+2302.01318), applied to a non-autoregressive drafter: draft x_i ~ q_i, accept it with probability
+``min(1, p_i(x_i) / q_i(x_i))``; at the first rejection sample from ``normalise(max(0, p_i - q_i))``; after k accepted
+drafts sample a bonus token from p_{k+1}. Every emitted token is then distributed exactly as sampling from the
+verifier's p. A non-autoregressive drafter's q_i depends only on the committed prefix, not on x_<i; the rule needs no
+more than that x_i was drawn from the q_i it is judged against.
 
-Acceptance stops at the first rejection; the verifier's top-1 token is then appended (or, when all k drafts are
-accepted, the verifier's top-1 at position k+1 as a bonus token). With β = 1 only the verifier's argmax is ever
-accepted, so the output is exactly greedy decoding.
+**Per position, with logits processors.** Where a processor can change an iteration's scores (see
+`specdec_hf.generation.processor_gating`), each verified position's scores are processed with that position's exact
+prefix and judged in turn ([`judge_per_position`] with a [`GreedyRule`] or a [`SamplingRule`]); otherwise greedy
+decoding judges all positions at once on the raw scores ([`accept_all_positions`]), which gives the same result.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
+from transformers.generation.logits_process import (
+    EpsilonLogitsWarper,
+    EtaLogitsWarper,
+    LogitsProcessorList,
+    MinPLogitsWarper,
+    TemperatureLogitsWarper,
+    TopHLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+    TypicalLogitsWarper,
+)
 
-__all__ = ["accept_drafts", "commit_accepted_prefix", "count_accepted", "validate_acceptance_arguments"]
+__all__ = [
+    "GreedyRule",
+    "SamplingRule",
+    "accept_all_positions",
+    "accept_drafts",
+    "commit_accepted_prefix",
+    "count_accepted",
+    "draft_distribution",
+    "judge_per_position",
+    "sample_drafts",
+    "sample_proposal",
+    "speculative_sampling_step",
+    "validate_acceptance_arguments",
+]
+
+# Processors that only reshape a distribution (sampling warpers): applied to the drafter's logits too, so that its
+# proposal q resembles the verifier's warped p (any q keeps sampling exact; a closer one is accepted more often).
+_WARPERS = (
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+    MinPLogitsWarper,
+    TypicalLogitsWarper,
+    EpsilonLogitsWarper,
+    EtaLogitsWarper,
+    TopHLogitsWarper,
+)
 
 
-def validate_acceptance_arguments(beta: object, tau: object, block_size: object) -> None:
-    """Check `beta`, `tau` and `block_size`; raise `ValueError` naming the argument and the valid range."""
+def validate_acceptance_arguments(beta: object, tau: object, num_draft_tokens: object) -> None:
+    """Check `beta`, `tau` and `num_draft_tokens`; raise `ValueError` naming the argument and the valid range."""
     if isinstance(beta, bool) or not isinstance(beta, int) or beta < 1:
         raise ValueError(f"`beta` must be an integer >= 1 (1 = exact greedy output), got {beta!r}.")
     if isinstance(tau, bool) or not isinstance(tau, (int, float)) or not 0 <= tau < math.inf:
         # an infinite margin would accept tokens the logits processors banned (score -inf)
         raise ValueError(f"`tau` must be a finite number >= 0 (a log-probability margin), got {tau!r}.")
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"`block_size` must be an integer >= 1 (tokens drafted per iteration), got {block_size!r}.")
+    if isinstance(num_draft_tokens, bool) or not isinstance(num_draft_tokens, int) or num_draft_tokens < 1:
+        raise ValueError(
+            f"`num_draft_tokens` must be an integer >= 1 (tokens drafted per iteration), got {num_draft_tokens!r}."
+        )
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Greedy: the top-β/τ rule
+# --------------------------------------------------------------------------------------------------------------
 
 
 def accept_drafts(scores: torch.Tensor, draft_ids: torch.LongTensor, beta: int = 1, tau: float = 0.0) -> torch.Tensor:
@@ -60,7 +114,7 @@ def count_accepted(accepted: torch.Tensor) -> torch.LongTensor:
     """Length of the leading run of accepted drafts.
 
     Args:
-        accepted (`torch.BoolTensor` of shape `(batch_size, block_size)`): output of `accept_drafts`.
+        accepted (`torch.BoolTensor` of shape `(batch_size, num_draft_tokens)`): output of `accept_drafts`.
 
     Returns:
         `torch.LongTensor` of shape `(batch_size,)`: number of drafts accepted before the first rejection.
@@ -95,3 +149,259 @@ def commit_accepted_prefix(
     drafts_then_stop = torch.cat([draft_ids, stop_tokens[:, draft_ids.shape[1] :]], dim=1)
     new_tokens = torch.where(offsets < num_accepted.unsqueeze(1), drafts_then_stop, stop_tokens)
     return new_tokens, num_accepted
+
+
+def accept_all_positions(
+    scores: torch.FloatTensor, drafts: torch.LongTensor, budgets: torch.LongTensor, beta: int, tau: float
+) -> tuple[torch.LongTensor, torch.LongTensor]:
+    """Greedy acceptance of every verified position at once, for scores no processor changes.
+
+    Args:
+        scores (`torch.FloatTensor` of shape `(rows, k + 1, vocab_size)`): The verifier's scores at the positions
+            that verify the k drafts and give the bonus token.
+        drafts (`torch.LongTensor` of shape `(rows, k)`), budgets (`torch.LongTensor` of shape `(rows,)`):
+            As in [`commit_accepted_prefix`].
+
+    Returns:
+        `(new_tokens, num_accepted)`, as [`commit_accepted_prefix`].
+    """
+    top1 = scores.argmax(dim=-1)  # (rows, k + 1)
+    k = drafts.shape[1]
+    accepted = drafts == top1[:, :k] if beta == 1 else accept_drafts(scores[:, :k], drafts, beta, tau)
+    return commit_accepted_prefix(drafts, accepted, top1, budgets)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Sampling: the proposal q and the lossless rule
+# --------------------------------------------------------------------------------------------------------------
+
+
+def draft_distribution(
+    draft_logits: torch.FloatTensor | None, draft_ids: torch.LongTensor, vocab_size: int
+) -> torch.FloatTensor:
+    """The proposal q of every drafted position.
+
+    Args:
+        draft_logits (`torch.FloatTensor` of shape `(rows, k, vocab_size)`, *optional*):
+            The drafter's (already warped) scores over the verifier's vocabulary; `None` for a drafter that proposes
+            tokens without a distribution, which is then a point mass on `draft_ids` (still lossless: such a draft
+            is accepted with probability p).
+        draft_ids (`torch.LongTensor` of shape `(rows, k)`): The drafter's own proposal (used when there are no
+            logits).
+        vocab_size (`int`): The verifier's vocabulary size.
+
+    Returns:
+        `torch.FloatTensor` of shape `(rows, k, vocab_size)`: probabilities.
+    """
+    if draft_logits is None:
+        return torch.nn.functional.one_hot(draft_ids, vocab_size).float()
+    return torch.softmax(draft_logits.float(), dim=-1)
+
+
+def sample_drafts(q: torch.FloatTensor, generator: torch.Generator | None = None) -> torch.LongTensor:
+    """Draw x_i ~ q_i independently at every position: `(rows, k, vocab)` probabilities → `(rows, k)` ids."""
+    rows, k, vocab = q.shape
+    return torch.multinomial(q.reshape(rows * k, vocab), 1, generator=generator).reshape(rows, k)
+
+
+def sample_proposal(
+    draft_logits: torch.FloatTensor | None,
+    draft_ids: torch.LongTensor,
+    committed: torch.LongTensor,
+    logits_processor: LogitsProcessorList,
+    vocab_size: int,
+) -> tuple[torch.LongTensor, torch.FloatTensor]:
+    """Sampling mode's drafts: warp the drafter's scores as the verifier's are warped, and draw from that q.
+
+    Args:
+        draft_logits (`torch.FloatTensor` of shape `(rows, >= k, vocab_size)`, *optional*): The drafter's scores.
+        draft_ids (`torch.LongTensor` of shape `(rows, k)`): The drafter's own drafts (kept without scores).
+        committed (`torch.LongTensor` of shape `(rows, length)`): The rows' committed tokens (the warpers only need a
+            tensor of the right batch: they act row by row on the scores).
+        logits_processor (`LogitsProcessorList`): `generate()`'s processors; only the warpers among them are applied.
+        vocab_size (`int`): The verifier's vocabulary size.
+
+    Returns:
+        `(drafts, q)`: `(rows, k)` ids drawn from q, and q, `(rows, k, vocab_size)`.
+    """
+    if draft_logits is None:
+        return draft_ids, draft_distribution(None, draft_ids, vocab_size)
+    rows, k = draft_ids.shape
+    if draft_logits.shape[0] != rows or draft_logits.shape[1] < k:
+        raise ValueError(
+            f"The drafter returned draft_logits of shape {tuple(draft_logits.shape)}; expected ({rows}, {k}, vocab)."
+        )
+    logits = draft_logits[:, :k].to(committed.device).float().reshape(rows * k, -1)
+    warpers = [processor for processor in logits_processor if isinstance(processor, _WARPERS)]
+    if warpers:
+        prefixes = committed.repeat_interleave(k, dim=0)
+        for warper in warpers:
+            logits = warper(prefixes, logits)
+    q = draft_distribution(logits.reshape(rows, k, -1), draft_ids, vocab_size)
+    return sample_drafts(q), q
+
+
+def speculative_sampling_step(
+    p: torch.FloatTensor,
+    q: torch.FloatTensor,
+    draft_ids: torch.LongTensor,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.BoolTensor, torch.LongTensor]:
+    """Judge one drafted position of every row.
+
+    Args:
+        p (`torch.FloatTensor` of shape `(rows, vocab)`): The verifier's probabilities at this position.
+        q (`torch.FloatTensor` of shape `(rows, vocab)`): The proposal the drafts were drawn from.
+        draft_ids (`torch.LongTensor` of shape `(rows,)`): The drafts x ~ q.
+        generator (`torch.Generator`, *optional*): Source of randomness (default: torch's global generator).
+
+    Returns:
+        `(accepted, replacement)`: `torch.BoolTensor` of shape `(rows,)` — accept with probability
+        min(1, p(x)/q(x)); and `torch.LongTensor` of shape `(rows,)` — a token from normalise(max(0, p - q)), to be
+        emitted where the draft was rejected.
+    """
+    p_draft = p.gather(1, draft_ids.unsqueeze(1)).squeeze(1)
+    q_draft = q.gather(1, draft_ids.unsqueeze(1)).squeeze(1)
+    uniform = torch.rand(p_draft.shape, generator=generator, device=p.device)
+    # r < p/q written as r * q < p: no division by a zero q (a draft can only have q > 0 if it was drawn)
+    accepted = uniform * q_draft < p_draft
+    residual = (p - q).clamp(min=0)
+    mass = residual.sum(dim=1, keepdim=True)
+    # p == q leaves no residual mass, but then every draft is accepted; fall back to p to keep the sample valid
+    residual = torch.where(mass > 0, residual / mass.clamp(min=torch.finfo(p.dtype).tiny), p)
+    replacement = torch.multinomial(residual, 1, generator=generator).squeeze(1)
+    return accepted, replacement
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Per position, with logits processors
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class GreedyRule:
+    """Greedy mode, one position at a time: the top-β/τ rule; the verifier's top-1 where a row stops."""
+
+    beta: int
+    tau: float
+
+    def prepare(self, processed: torch.FloatTensor) -> torch.FloatTensor:
+        """What the rule reads of a position's processed scores: the scores themselves."""
+        return processed
+
+    def judge(self, scores, draft, rows, position) -> tuple[torch.BoolTensor, torch.LongTensor]:
+        """`(accepted, stop_token)` of each running row at `position`."""
+        top1 = scores.argmax(dim=-1)  # once: the β=1 rule and the stop token both read it
+        accepted = draft == top1 if self.beta == 1 else accept_drafts(scores, draft, self.beta, self.tau)
+        return accepted, top1
+
+    def fresh(self, scores: torch.FloatTensor) -> torch.LongTensor:
+        """The token plain greedy decoding would emit."""
+        return scores.argmax(dim=-1)
+
+
+@dataclass
+class SamplingRule:
+    """Sampling mode, one position at a time: speculative sampling of each draft against the processed p; a residual
+    sample at a rejection.
+
+    Args:
+        proposal_q (`torch.FloatTensor` of shape `(rows, k, vocab_size)`): The q the drafts were drawn from.
+    """
+
+    proposal_q: torch.FloatTensor
+
+    def prepare(self, processed: torch.FloatTensor) -> torch.FloatTensor:
+        """What the rule reads of a position's processed scores: p, computed once per position."""
+        return torch.softmax(processed, dim=-1)
+
+    def judge(self, p, draft, rows, position) -> tuple[torch.BoolTensor, torch.LongTensor]:
+        """`(accepted, replacement)` of each running row at `position`."""
+        return speculative_sampling_step(p, self.proposal_q[rows, position], draft)
+
+    def fresh(self, p: torch.FloatTensor) -> torch.LongTensor:
+        """The token plain sampling would emit."""
+        return torch.multinomial(p, 1).squeeze(1)
+
+
+def judge_per_position(
+    logits: torch.FloatTensor,
+    drafts: torch.LongTensor,
+    budgets: torch.LongTensor,
+    committed: torch.LongTensor,
+    lengths: torch.LongTensor,
+    logits_processor: LogitsProcessorList,
+    rule: GreedyRule | SamplingRule,
+) -> tuple[torch.FloatTensor, torch.LongTensor, torch.LongTensor]:
+    """Judge the drafts position by position, each position's scores processed with its exact prefix.
+
+    `rule.prepare(processed)` is what the rule reads of a position's scores (computed once per position),
+    `rule.judge(prepared, draft, rows, position)` says which running rows accept their draft and what each emits
+    where it stops, and `rule.fresh(prepared)` is the token plain decoding would emit (after the last draft, or where
+    a row's length budget ends).
+
+    Args:
+        logits (`torch.FloatTensor` of shape `(rows, k + 1, vocab_size)`): The verifier's raw scores.
+        drafts (`torch.LongTensor` of shape `(rows, k)`): The drafts.
+        budgets (`torch.LongTensor` of shape `(rows,)`): The most drafts each row may accept.
+        committed (`torch.LongTensor` of shape `(rows, length)`): Each row's committed tokens, right-padded.
+        lengths (`torch.LongTensor` of shape `(rows,)`): Committed length of each row.
+        logits_processor (`LogitsProcessorList`): The processors that may act on these positions.
+        rule ([`GreedyRule`] or [`SamplingRule`]): The acceptance mode.
+
+    Returns:
+        The processed scores `(rows, k + 1, vocab_size)` (zeros where a row had already stopped), the tokens to
+        append `(rows, k + 1)` and the number of accepted drafts per row `(rows,)`.
+    """
+    rows, k = drafts.shape
+    prefixes = _drafts_after_committed(committed, lengths, drafts)
+    scores = torch.zeros_like(logits)
+    new_tokens = torch.empty((rows, k + 1), dtype=torch.long, device=drafts.device)
+    num_accepted = torch.zeros(rows, dtype=torch.long, device=drafts.device)
+    running = torch.arange(rows, device=drafts.device)
+    for position in range(k + 1):
+        processed = _process_by_length(
+            logits_processor, prefixes, lengths + position, running, logits[running, position]
+        )
+        scores[running, position] = processed
+        prepared = rule.prepare(processed)
+        if position == k:
+            new_tokens[running, position] = rule.fresh(prepared)
+            break
+        draft = drafts[running, position]
+        accepted, stop_token = rule.judge(prepared, draft, running, position)
+        in_budget = budgets[running] > position
+        if not bool(in_budget.all()):
+            # the length budget, not the rule, ends these rows: emit what plain decoding would emit here
+            stop_token = torch.where(in_budget, stop_token, rule.fresh(prepared))
+            accepted &= in_budget
+        new_tokens[running, position] = torch.where(accepted, draft, stop_token)
+        num_accepted[running[accepted]] += 1
+        running = running[accepted]
+        if running.numel() == 0:
+            break
+    return scores, new_tokens, num_accepted
+
+
+def _drafts_after_committed(committed: torch.LongTensor, lengths: torch.LongTensor, drafts: torch.LongTensor):
+    """Committed tokens followed by the drafts: verified position i of row r has the prefix `[r, :len_r + i]`."""
+    prefixes = committed.clone()
+    if drafts.shape[1] > 0:
+        prefixes.scatter_(1, lengths.unsqueeze(1) + torch.arange(drafts.shape[1], device=drafts.device), drafts)
+    return prefixes
+
+
+def _process_by_length(
+    logits_processor: LogitsProcessorList,
+    prefixes: torch.LongTensor,
+    prefix_lengths: torch.LongTensor,
+    rows: torch.LongTensor,
+    raw_scores: torch.FloatTensor,
+) -> torch.FloatTensor:
+    """Run the processors on each group of rows whose prefixes have equal length (processors read the length)."""
+    row_lengths = prefix_lengths[rows]
+    processed = torch.empty_like(raw_scores)
+    for length in row_lengths.unique().tolist():
+        group = (row_lengths == length).nonzero().squeeze(1)
+        processed[group] = logits_processor(prefixes[rows[group], :length], raw_scores[group].clone())
+    return processed

@@ -32,8 +32,7 @@ import math
 import os
 import shutil
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,13 +47,22 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from .config_parsing import parse_yaml_and_cli
 from .data.loading import DataArguments, load_text_pairs
-from .data.padding import pad_token_ids
+from .data.padding import pad_token_ids, trim_at_eos
 from .data.tokenization import check_tokenizer_matches, default_source_prefix, tokenize_pairs
+from .dtypes import TORCH_DTYPES
+from .files import write_json_atomic
 from .model_files import load_pretrained
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DistillationArguments", "distill", "load_distilled_dataset", "main", "run_distillation", "trim_at_eos"]
+__all__ = [
+    "DistillationArguments",
+    "DistillationSettings",
+    "distill",
+    "load_distilled_dataset",
+    "main",
+    "run_distillation",
+]
 
 CONFIG_NAME = "distillation_config.json"
 SHARDS_DIR = "shards"
@@ -62,19 +70,13 @@ _SETTINGS_NAME = "settings.json"
 _MERGE_CACHE_DIR = ".merge_cache"
 # Files `Dataset.save_to_disk` writes; removed by `overwrite` along with the shards.
 _SAVED_DATASET_FILES = ("dataset_info.json", "state.json")
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-@dataclass
-class DistillationArguments:
-    """How the verifier decodes the sources and where the distilled dataset goes (the data: `DataArguments`)."""
+@dataclass(kw_only=True)
+class DistillationSettings:
+    """How `distill` decodes the sources and where it writes the distilled dataset."""
 
-    verifier: str = field(metadata={"help": "Path or Hub id of the verifier (a seq2seq model)."})
     output_dir: str = field(metadata={"help": "Directory of the shards, the merged dataset and its config."})
-    tokenizer: str | None = field(default=None, metadata={"help": "Tokenizer path or id (default: the verifier's)."})
-    split: str | None = field(
-        default=None, metadata={"help": "Split whose sources are distilled (default: the data's `train_split`)."}
-    )
     num_beams: int = field(default=1, metadata={"help": "1 for greedy decoding, more for beam search."})
     batch_size: int = field(default=32, metadata={"help": "Sources per `generate` call (sorted by length)."})
     max_new_tokens: int = field(default=128, metadata={"help": "Most tokens generated per source."})
@@ -90,8 +92,6 @@ class DistillationArguments:
     overwrite_output_dir: bool = field(
         default=False, metadata={"help": "Discard shards and outputs of an earlier run in `output_dir`."}
     )
-    device: str | None = field(default=None, metadata={"help": "`cuda` or `cpu` (default: cuda when available)."})
-    dtype: str = field(default="float32", metadata={"help": f"Verifier weights dtype: {', '.join(_DTYPES)}."})
 
     def __post_init__(self):
         for name in ("num_beams", "batch_size", "max_new_tokens", "max_source_length", "shard_size"):
@@ -99,59 +99,38 @@ class DistillationArguments:
                 raise ValueError(f"`{name}` must be at least 1, got {getattr(self, name)}")
         if self.max_shards is not None and self.max_shards < 1:
             raise ValueError(f"`max_shards` must be at least 1, got {self.max_shards}")
-        if self.dtype not in _DTYPES:
-            raise ValueError(f"`dtype` must be one of {list(_DTYPES)}, got {self.dtype!r}")
 
 
-def trim_at_eos(sequences: torch.LongTensor, eos_token_id: int | list[int] | None) -> list[list[int]]:
-    """
-    Cuts each generated row after its first EOS (position 0, the decoder start token, is never taken for EOS).
+@dataclass(kw_only=True)
+class DistillationArguments(DistillationSettings):
+    """The command line's arguments: which verifier to load, how, and which split to distill (the data:
+    `DataArguments`), besides the [`DistillationSettings`]."""
 
-    Args:
-        sequences (`torch.LongTensor` of shape `(batch_size, length)`): `generate` output, decoder start token first,
-            rows that finished early padded after their EOS.
-        eos_token_id (`int` or `list[int]`, *optional*): The verifier's EOS id(s).
+    verifier: str = field(metadata={"help": "Path or Hub id of the verifier (a seq2seq model)."})
+    tokenizer: str | None = field(default=None, metadata={"help": "Tokenizer path or id (default: the verifier's)."})
+    split: str | None = field(
+        default=None, metadata={"help": "Split whose sources are distilled (default: the data's `train_split`)."}
+    )
+    device: str | None = field(default=None, metadata={"help": "`cuda` or `cpu` (default: cuda when available)."})
+    dtype: str = field(default="float32", metadata={"help": f"Verifier weights dtype: {', '.join(TORCH_DTYPES)}."})
 
-    Returns:
-        `list[list[int]]`: per row, the ids up to and including the first EOS; the whole row when it has none (it
-        reached the length limit, so it carries no padding).
-    """
-    lengths = lengths_up_to_eos(sequences, eos_token_id)
-    return [row[:length].tolist() for row, length in zip(sequences.cpu(), lengths.tolist(), strict=True)]
-
-
-def lengths_up_to_eos(sequences: torch.LongTensor, eos_token_id: int | list[int] | None) -> torch.LongTensor:
-    """Per row of a `generate` output, the number of ids up to and including the first EOS (all when none).
-
-    Position 0, the decoder start token, is never taken for EOS (BART and mBART start decoding from EOS).
-    """
-    eos_ids = [] if eos_token_id is None else [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
-    is_eos = torch.isin(sequences, torch.tensor(eos_ids, dtype=sequences.dtype, device=sequences.device))
-    is_eos[:, 0] = False
-    return torch.where(is_eos.any(dim=1), is_eos.int().argmax(dim=1) + 1, sequences.shape[1])
+    def __post_init__(self):
+        super().__post_init__()
+        if self.dtype not in TORCH_DTYPES:
+            raise ValueError(f"`dtype` must be one of {list(TORCH_DTYPES)}, got {self.dtype!r}")
 
 
 def distill(
     verifier: transformers.PreTrainedModel,
     tokenizer: transformers.PreTrainedTokenizerBase,
     dataset: datasets.Dataset,
-    output_dir: str | os.PathLike,
-    num_beams: int = 1,
-    batch_size: int = 32,
-    max_new_tokens: int = 128,
-    source_prefix: str | None = None,
-    max_source_length: int = 1024,
-    shard_size: int = 1024,
-    max_shards: int | None = None,
-    overwrite: bool = False,
+    args: DistillationSettings,
     metadata: dict[str, Any] | None = None,
     progress: bool = True,
-    process_index: int = 0,
-    num_processes: int = 1,
-    wait_for_everyone: Callable[[], None] | None = None,
+    state: PartialState | None = None,
 ) -> datasets.Dataset | None:
     """
-    Decodes every source with the verifier and writes the distilled dataset to `output_dir`, resumably.
+    Decodes every source with the verifier and writes the distilled dataset to `args.output_dir`, resumably.
 
     The verifier's `generation_config` applies, except for `num_beams`, `do_sample=False` and `max_new_tokens`.
 
@@ -159,21 +138,18 @@ def distill(
         verifier (`PreTrainedModel`): A seq2seq model, on the device and in the dtype to run.
         tokenizer (`PreTrainedTokenizerBase`): Its tokenizer (checked with `check_tokenizer_matches`).
         dataset (`datasets.Dataset`): Column `source` (str), optionally `target` (kept as `reference`) and `id`.
-        output_dir (`str` or `os.PathLike`): Where `shards/`, the merged dataset and `distillation_config.json` go.
-        num_beams (`int`): 1 for greedy decoding, more for beam search.
-        batch_size (`int`): Sources per `generate` call; each shard is sorted by source length before batching.
-        max_new_tokens (`int`): Most tokens generated per source.
-        source_prefix (`str`, *optional*): Prepended to every source (e.g. T5's `"summarize: "`).
-        max_source_length (`int`): Longer sources are truncated (EOS kept).
-        shard_size (`int`): Examples per shard; the unit of resumption.
-        max_shards (`int`, *optional*): Stop after writing this many new shards in this call.
-        overwrite (`bool`): Discard an earlier run's shards and outputs in `output_dir` first.
+        args ([`DistillationSettings`], or the command line's [`DistillationArguments`]): Where the shards, the
+            merged dataset and `distillation_config.json` go (`output_dir`); the decoding (`num_beams`,
+            `batch_size`: sources per `generate` call, each shard sorted by source length before batching;
+            `max_new_tokens`; `source_prefix`, e.g. T5's `"summarize: "`; `max_source_length`, longer sources
+            truncated with EOS kept); `shard_size`, the unit of resumption; `max_shards`, stop after writing this
+            many new shards in this call; `overwrite_output_dir`, discard an earlier run's outputs first.
         metadata (`dict`, *optional*): Extra JSON-serialisable facts for `distillation_config.json` (e.g. the data).
         progress (`bool`): Show a tqdm progress bar.
-        process_index (`int`), num_processes (`int`), wait_for_everyone (`Callable`, *optional*): Several processes
-            (e.g. under `accelerate launch`, from `accelerate.PartialState`) share the work: process p decodes the
-            shards whose index is p modulo `num_processes`, and only process 0 writes the settings and the merged
-            dataset, after a barrier (`wait_for_everyone`). The result is the single-process one, row for row.
+        state (`accelerate.PartialState`, *optional*): The processes sharing the work (e.g. under `accelerate
+            launch`; `None`: this process alone). Process p decodes the shards whose index is p modulo the number
+            of processes, and only process 0 writes the settings and the merged dataset, after a barrier. The
+            result is the single-process one, row for row.
 
     Returns:
         `datasets.Dataset` with `dataset.num_rows` rows and columns `id` (when given), `source`, `target`,
@@ -191,27 +167,23 @@ def distill(
         raise ValueError("the dataset has no rows: nothing to distill (check the split and `max_samples`)")
     if "target" in dataset.column_names:
         dataset = dataset.rename_column("target", "reference")  # `target` becomes the verifier's output
-    if not 0 <= process_index < num_processes:
-        raise ValueError(f"`process_index` must be in [0, {num_processes}), got {process_index}")
-    if num_processes > 1 and wait_for_everyone is None:
-        raise ValueError(
-            "several processes need `wait_for_everyone` (a barrier), e.g. PartialState().wait_for_everyone"
-        )
-    barrier = wait_for_everyone or (lambda: None)
+    process_index, num_processes = (0, 1) if state is None else (state.process_index, state.num_processes)
+    barrier = (lambda: None) if state is None else state.wait_for_everyone
     main_process = process_index == 0
-    output_dir = Path(output_dir)
+    output_dir = Path(args.output_dir)
     shards_dir = output_dir / SHARDS_DIR
-    if overwrite and main_process:
+    if args.overwrite_output_dir and main_process:
         _remove_outputs(output_dir)
     barrier()
+    shard_size = args.shard_size
     settings = {
         "verifier": verifier.name_or_path,
         "tokenizer": tokenizer.name_or_path,
         "dtype": str(verifier.dtype).removeprefix("torch."),
-        "num_beams": num_beams,
-        "max_new_tokens": max_new_tokens,
-        "source_prefix": source_prefix or "",
-        "max_source_length": max_source_length,
+        "num_beams": args.num_beams,
+        "max_new_tokens": args.max_new_tokens,
+        "source_prefix": args.source_prefix or "",
+        "max_source_length": args.max_source_length,
         "shard_size": shard_size,
     }
     if main_process:
@@ -229,8 +201,8 @@ def distill(
     tokenized = tokenize_pairs(
         dataset,
         tokenizer,
-        source_prefix=source_prefix,
-        max_source_length=max_source_length,
+        source_prefix=args.source_prefix,
+        max_source_length=args.max_source_length,
         overlong="truncate",
         with_targets=False,
     )
@@ -244,16 +216,16 @@ def distill(
         logger.info("resuming: %d of %d shards of this process already written", len(mine) - len(todo), len(mine))
     bar = tqdm(total=my_rows, initial=done_rows, unit="ex", desc="Distilling", disable=not progress)
     for written, index in enumerate(todo):
-        if max_shards is not None and written >= max_shards:
+        if args.max_shards is not None and written >= args.max_shards:
             logger.info("stopped after %d new shards (max_shards); rerun to continue", written)
             break
         rows = tokenized[index * shard_size : (index + 1) * shard_size]
-        rows.update(_decode_shard(verifier, tokenizer, rows["input_ids"], num_beams, batch_size, max_new_tokens, bar))
+        rows.update(_decode_shard(verifier, tokenizer, rows["input_ids"], args, bar))
         _write_shard(rows, shard_paths[index])
     bar.close()
     barrier()  # every process's shards are written (or it stopped at max_shards)
     missing = [path.name for path in shard_paths if not path.is_file()]
-    if missing and max_shards is None:
+    if missing and args.max_shards is None:
         raise RuntimeError(
             f"{len(missing)} shard(s) ({', '.join(missing[:3])}, ...) are missing after every process finished: the "
             f"processes do not share {shards_dir} (several machines need a shared filesystem for `output_dir`)."
@@ -274,7 +246,7 @@ def distill(
             "versions": {"transformers": transformers.__version__, "torch": torch.__version__},
             "num_processes": num_processes,
         }
-        _write_json_atomic(output_dir / CONFIG_NAME, config)
+        write_json_atomic(output_dir / CONFIG_NAME, config)
         logger.info("wrote %d distilled examples to %s", merged.num_rows, output_dir)
     barrier()
     return load_distilled_dataset(output_dir)
@@ -317,25 +289,23 @@ def load_distilled_dataset(path: str | os.PathLike) -> datasets.Dataset:
 
 
 @torch.no_grad()
-def _decode_shard(
-    verifier, tokenizer, input_ids: list[list[int]], num_beams: int, batch_size: int, max_new_tokens: int, bar
-) -> dict[str, list]:
+def _decode_shard(verifier, tokenizer, input_ids: list[list[int]], args: DistillationSettings, bar) -> dict[str, list]:
     """Generates for one shard, longest sources first (least padding per batch), and restores the shard's order."""
     pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else verifier.config.pad_token_id
     eos_token_id = verifier.generation_config.eos_token_id
     order = sorted(range(len(input_ids)), key=lambda i: -len(input_ids[i]))
     target_ids: list[list[int] | None] = [None] * len(input_ids)
-    for start in range(0, len(order), batch_size):
-        rows = order[start : start + batch_size]
+    for start in range(0, len(order), args.batch_size):
+        rows = order[start : start + args.batch_size]
         batch_ids, attention_mask = pad_token_ids([input_ids[i] for i in rows], pad_token_id)
         sequences = verifier.generate(
             input_ids=batch_ids.to(verifier.device),
             attention_mask=attention_mask.to(verifier.device),
-            num_beams=num_beams,
+            num_beams=args.num_beams,
             do_sample=False,
             # The decoder starts from one token, so this is `max_new_tokens`; given as `max_length` because
             # `max_new_tokens` makes generate warn on every call when the verifier's config sets `max_length`.
-            max_length=max_new_tokens + 1,
+            max_length=args.max_new_tokens + 1,
         )
         for i, ids in zip(rows, trim_at_eos(sequences, eos_token_id), strict=True):
             target_ids[i] = ids
@@ -404,7 +374,7 @@ def _check_or_write_settings(shards_dir: Path, settings: dict[str, Any]) -> None
                 "`output_dir`, or `--overwrite_output_dir` to discard it."
             )
         return
-    _write_json_atomic(path, settings)
+    write_json_atomic(path, settings)
 
 
 def _sources_digest(dataset: datasets.Dataset) -> str:
@@ -437,13 +407,6 @@ def _remove_outputs(output_dir: Path) -> None:
         path.unlink()
 
 
-def _write_json_atomic(path: Path, content: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(content, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
-    os.replace(temporary, path)
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # Command line
 # ----------------------------------------------------------------------------------------------------------------
@@ -462,37 +425,21 @@ def run_distillation(data_args: DataArguments, args: DistillationArguments) -> d
     state = PartialState(cpu=args.device == "cpu")
     device = args.device or state.device
     verifier = load_pretrained(
-        AutoModelForSeq2SeqLM.from_pretrained, args.verifier, "verifier", dtype=_DTYPES[args.dtype]
+        AutoModelForSeq2SeqLM.from_pretrained, args.verifier, "verifier", dtype=TORCH_DTYPES[args.dtype]
     )
     verifier = verifier.to(device).eval()
     tokenizer_argument = "tokenizer" if args.tokenizer else "verifier"
     tokenizer = load_pretrained(AutoTokenizer.from_pretrained, args.tokenizer or args.verifier, tokenizer_argument)
-    source_prefix = args.source_prefix
-    if source_prefix is None:
-        source_prefix = default_source_prefix(verifier.config.model_type, data_args.task, *(data_args.languages or ()))
+    if args.source_prefix is None:
+        languages = data_args.languages or ()
+        args = replace(
+            args, source_prefix=default_source_prefix(verifier.config.model_type, data_args.task, *languages)
+        )
     split = args.split or data_args.train_split
     with state.main_process_first():  # one process downloads and caches the data, the others read the cache
         dataset = load_text_pairs(data_args, split)
     metadata = {"data": {**asdict(data_args), "split": split}}
-    return distill(
-        verifier,
-        tokenizer,
-        dataset,
-        args.output_dir,
-        num_beams=args.num_beams,
-        batch_size=args.batch_size,
-        max_new_tokens=args.max_new_tokens,
-        source_prefix=source_prefix,
-        max_source_length=args.max_source_length,
-        shard_size=args.shard_size,
-        max_shards=args.max_shards,
-        overwrite=args.overwrite_output_dir,
-        metadata=metadata,
-        progress=state.is_local_main_process,
-        process_index=state.process_index,
-        num_processes=state.num_processes,
-        wait_for_everyone=state.wait_for_everyone,
-    )
+    return distill(verifier, tokenizer, dataset, args, metadata, progress=state.is_local_main_process, state=state)
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[DataArguments, DistillationArguments]:

@@ -1,36 +1,40 @@
-"""The drafting interface: what the speculative decoding loop asks of a drafter.
+"""The drafting contract: what the speculative decoding loop asks of a drafter.
 
 Speculative Decoding (Xia et al., 2023, arXiv 2203.16487) separates *drafting* (guess the next k tokens) from
 *verifying* (score them with the verifier in one forward pass). The loop in :mod:`specdec_hf.generation` talks to a
-drafter only through the small contract below, so that the Spec-Drafter model, test oracles and other drafters (an
-n-gram lookup, a retrieval drafter, ...) are interchangeable.
+drafter only through the small contract below, so that the Spec-Drafter (through its adapter,
+`specdec_hf.generation.SpecDrafterAdapter`), test oracles and other drafters (an n-gram lookup, a retrieval
+drafter, ...) are interchangeable.
 
-A drafter implements three methods and two attributes:
+A drafter has these attributes and methods:
 
-- ``vocab_size``: size of the vocabulary its draft ids and logits index (must equal the verifier's).
-- ``block_size``: its default number of drafted tokens per iteration (k).
-- ``init_drafting_state(...)``: called once per ``generate()`` call, after the verifier's encoder pass.
-- ``propose(state, prefix_ids, prefix_lengths, block_size)``: called once per iteration; returns k draft ids per row.
-- ``select_rows(state, rows)``: called when finished rows leave the batch.
-- ``max_block_size`` (optional, default ``None``: no limit): the most tokens one ``propose`` call can draft.
-- ``verifier_state_layers`` (optional, default ``None``): indices into the verifier's decoder ``hidden_states`` that
-  the drafter reads (EAGLE-style drafting). When set, the loop asks the verifier's verification forward for its
-  hidden states (no extra pass) and calls ``propose(..., prefix_states=...)`` with those layers' states, concatenated,
-  at every committed position but each row's last (which the verifier has not read yet).
+- ``vocab_size``: size of the vocabulary its draft ids and scores index (must equal the verifier's).
+- ``num_draft_tokens``: its default number of drafted tokens per iteration (k).
+- ``max_draft_tokens`` (default ``None``: no limit): the most tokens one ``propose`` call can draft.
+- ``verifier_state_layers`` (default ``None``): indices into the verifier's decoder ``hidden_states`` that the
+  drafter reads (EAGLE-style drafting). When set, the loop asks the verifier's verification forward for its hidden
+  states (no extra pass) and hands ``propose`` those layers' states, concatenated, as ``verifier_states``.
+- ``init_drafting_state(input_ids, attention_mask, encoder_hidden_states)``: once per ``generate()`` call, after the
+  verifier's encoder pass.
+- ``propose(state, prefix_ids, prefix_lengths, num_draft_tokens, verifier_states)``: once per iteration; returns k
+  draft ids per row (and, optionally, their scores over the verifier's vocabulary).
+- ``select_rows(state, rows)``: when finished rows leave the batch.
 
 The state object is owned by the drafter (an encoder output, a prefix key/value cache, ...); the loop never looks
-inside it and never keeps it between ``generate()`` calls.
+inside it and never keeps it between ``generate()`` calls. Everything a drafter returns is in the verifier's
+vocabulary: a drafter with a smaller head maps its ids and scores back itself.
 """
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-__all__ = ["DraftProposal", "Drafter", "check_state_layers", "decoder_hidden_state_count", "validate_drafter"]
+__all__ = ["DraftProposal", "Drafter", "validate_drafter"]
 
 
 @dataclass
@@ -38,34 +42,29 @@ class DraftProposal:
     """What a drafter returns for one iteration.
 
     Args:
-        draft_ids (`torch.LongTensor` of shape `(batch_size, block_size)`):
-            The drafted next tokens of every active row.
-        draft_logits (`torch.FloatTensor` of shape `(batch_size, block_size, vocab_size)`, *optional*):
-            The drafter's unnormalised scores behind `draft_ids`; sampling uses them as the proposal distribution
-            (without them a draft counts as a certain proposal).
+        draft_ids (`torch.LongTensor` of shape `(batch_size, num_draft_tokens)`):
+            The drafted next tokens of every active row, verifier ids.
+        draft_logits (`torch.FloatTensor` of shape `(batch_size, num_draft_tokens, vocab_size)`, *optional*):
+            The drafter's unnormalised scores behind `draft_ids`, over the verifier's vocabulary (`-inf` for ids it
+            never drafts); sampling uses them as the proposal distribution (without them a draft counts as a certain
+            proposal).
         state (`Any`):
             The drafter's state, updated; passed back to the next `propose` call.
-        draft_confidence (`torch.FloatTensor` of shape `(batch_size, block_size)`, *optional*):
+        draft_confidence (`torch.FloatTensor` of shape `(batch_size, num_draft_tokens)`, *optional*):
             The drafter's probability of each draft; confidence-truncated verification (`draft_confidence_threshold`)
             verifies only the leading drafts whose running product stays above a threshold. `None`:
             [`~DraftProposal.confidence`] derives it from `draft_logits` when it is needed.
-        draft_vocab_ids (`torch.LongTensor` of shape `(head_size,)`, *optional*):
-            For a drafter with a reduced-vocabulary head: the verifier ids that the last dimension of `draft_logits`
-            scores (shape `(batch_size, block_size, head_size)`); every other id has probability 0. `None`: the
-            last dimension is the whole vocabulary.
     """
 
     draft_ids: torch.LongTensor
     draft_logits: torch.FloatTensor | None
     state: Any
     draft_confidence: torch.FloatTensor | None = None
-    draft_vocab_ids: torch.LongTensor | None = None
 
     def confidence(self) -> torch.FloatTensor | None:
         """The drafter's probability of each draft: `draft_confidence` when the drafter gave it, else the softmax of
-        `draft_logits` at `draft_ids` (0 for an id outside a reduced head); `None` with neither. Derived on demand
-        because the softmax over the head would cost every call something (on CPU about a tenth of a small drafter's
-        call) while only confidence-truncated verification reads it.
+        `draft_logits` at `draft_ids`; `None` with neither. Derived on demand, because only confidence-truncated
+        verification reads it and the softmax over the vocabulary would otherwise be paid at every call.
 
         Returns:
             `torch.FloatTensor` of shape `(batch_size, width)`, width the smaller of `draft_ids`' and `draft_logits`'
@@ -76,27 +75,19 @@ class DraftProposal:
         width = min(self.draft_ids.shape[1], self.draft_logits.shape[1])
         logits = self.draft_logits[:, :width].float()
         ids = self.draft_ids[:, :width].to(logits.device).long()
-        in_head = None
-        if self.draft_vocab_ids is not None:
-            # verifier id -> column of the reduced head (-1 where the id is not in it)
-            vocab_ids = self.draft_vocab_ids.to(logits.device).long()
-            column = torch.full((int(max(ids.max(), vocab_ids.max())) + 1,), -1, dtype=torch.long, device=ids.device)
-            column[vocab_ids] = torch.arange(vocab_ids.shape[0], device=ids.device)
-            ids = column[ids]
-            in_head = ids >= 0
-            ids = ids.clamp(min=0)
         log_probs = logits.gather(-1, ids.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
-        probabilities = log_probs.exp()
-        return probabilities if in_head is None else torch.where(in_head, probabilities, 0.0)
+        return log_probs.exp()
 
 
 class Drafter(ABC):
-    """Abstract drafter: subclass it (or provide the same methods) to plug a drafter into speculative decoding."""
+    """Abstract drafter: subclass it (or provide the same attributes and methods) to plug a drafter into speculative
+    decoding. A [`~specdec_hf.SpecDrafterModel`] passed as `drafter=` is wrapped into
+    `specdec_hf.generation.SpecDrafterAdapter`, which implements this contract for it."""
 
     vocab_size: int
-    block_size: int
+    num_draft_tokens: int
+    max_draft_tokens: int | None = None
     verifier_state_layers: list[int] | None = None
-    max_block_size: int | None = None
 
     @abstractmethod
     def init_drafting_state(
@@ -122,9 +113,10 @@ class Drafter(ABC):
         state: Any,
         prefix_ids: torch.LongTensor,
         prefix_lengths: torch.LongTensor,
-        block_size: int,
+        num_draft_tokens: int,
+        verifier_states: torch.FloatTensor | None = None,
     ) -> DraftProposal:
-        """Draft the next `block_size` tokens of every active row.
+        """Draft the next `num_draft_tokens` tokens of every active row.
 
         Args:
             state: What `init_drafting_state` (or the previous `propose`) returned.
@@ -132,11 +124,12 @@ class Drafter(ABC):
                 The committed decoder tokens of each row, starting with the decoder start token, right-padded.
                 A row's committed tokens only ever grow between calls.
             prefix_lengths (`torch.LongTensor` of shape `(batch_size,)`): Number of valid tokens per row.
-            block_size (`int`): Number of tokens to draft (k); at least 1.
-
-        A drafter with `verifier_state_layers` also receives `prefix_states` (`torch.FloatTensor` of shape
-        `(batch_size, max_prefix_length, feature_width)`): the verifier's states at each committed position; the
-        entry at a row's last committed position is not yet valid.
+            num_draft_tokens (`int`): Number of tokens to draft (k); at least 1.
+            verifier_states (`torch.FloatTensor` of shape `(batch_size, max_prefix_length, feature_width)`,
+                *optional*): For a drafter with `verifier_state_layers`: the verifier's decoder states of those
+                layers, concatenated, at each committed position; the entry at a row's last committed position is
+                not yet valid (the verifier has not read that token). `None` for other drafters, and before the
+                verifier has read any token.
         """
 
     @abstractmethod
@@ -145,6 +138,8 @@ class Drafter(ABC):
 
 
 _REQUIRED_METHODS = ("init_drafting_state", "propose", "select_rows")
+# attribute names of the contract before the names were unified: old -> current
+_RENAMED_ATTRIBUTES = {"block_size": "num_draft_tokens", "max_block_size": "max_draft_tokens"}
 
 
 def _is_int(obj: Any, name: str) -> bool:
@@ -152,54 +147,57 @@ def _is_int(obj: Any, name: str) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _takes_verifier_states(propose) -> bool:
+    """Whether `propose` accepts a fifth positional argument (the loop passes `verifier_states` positionally)."""
+    try:
+        parameters = list(inspect.signature(propose).parameters.values())
+    except (TypeError, ValueError):  # a callable without an inspectable signature: let the call itself decide
+        return True
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    if any(parameter.kind is inspect.Parameter.VAR_POSITIONAL for parameter in parameters):
+        return True
+    return sum(parameter.kind in positional for parameter in parameters) >= 5
+
+
 def validate_drafter(drafter: Any, verifier_vocab_size: int) -> None:
-    """Check that `drafter` implements the drafting interface and shares the verifier's vocabulary.
+    """Check that `drafter` implements the drafting contract and shares the verifier's vocabulary.
+
+    A drafter written against the contract before `verifier_states` and the current attribute names (a `propose`
+    with four arguments, a `block_size` attribute) is refused with the change to make.
 
     Raises:
-        ValueError: naming the missing method or the mismatching vocabulary size, and the fix.
+        ValueError: naming the missing method or attribute, the mismatching vocabulary size, and the fix.
     """
-    missing = [name for name in _REQUIRED_METHODS if not callable(getattr(drafter, name, None))]
-    missing += [f"{name} (int attribute)" for name in ("vocab_size", "block_size") if not _is_int(drafter, name)]
+    name = type(drafter).__name__
+    missing = [method for method in _REQUIRED_METHODS if not callable(getattr(drafter, method, None))]
     if missing:
         raise ValueError(
-            f"`drafter` ({type(drafter).__name__}) does not implement the drafting interface: missing "
-            f"{', '.join(missing)}. Pass a `SpecDrafterModel` or a subclass of `specdec_hf.Drafter`."
+            f"`drafter` ({name}) does not implement the drafting interface: missing {', '.join(missing)}. Pass a "
+            "`SpecDrafterModel` or a subclass of `specdec_hf.Drafter`."
+        )
+    changes = [
+        f"rename its attribute `{old}` to `{new}`"
+        for old, new in _RENAMED_ATTRIBUTES.items()
+        if hasattr(drafter, old) and not hasattr(drafter, new)
+    ]
+    if not _takes_verifier_states(drafter.propose):
+        changes.append(
+            "give `propose` a fifth parameter, `verifier_states=None` (the verifier's hidden states; a drafter "
+            "without `verifier_state_layers` always receives None)"
+        )
+    if changes:
+        raise ValueError(
+            f"`drafter` ({name}) follows an earlier version of the drafting contract: {'; '.join(changes)}. See "
+            "`specdec_hf.Drafter`."
+        )
+    if not _is_int(drafter, "vocab_size") or not _is_int(drafter, "num_draft_tokens"):
+        raise ValueError(
+            f"`drafter` ({name}) does not implement the drafting interface: `vocab_size` and `num_draft_tokens` "
+            "must be int attributes. Pass a `SpecDrafterModel` or a subclass of `specdec_hf.Drafter`."
         )
     if drafter.vocab_size != verifier_vocab_size:
         raise ValueError(
             f"`drafter` vocabulary size ({drafter.vocab_size}) does not match the verifier's ({verifier_vocab_size}). "
             "A drafter must be trained for this verifier's tokenizer: build one with "
             "`SpecDrafterModel.from_verifier(verifier)` and train it with `train_drafter.py`."
-        )
-
-
-def decoder_hidden_state_count(verifier) -> int:
-    """How many `decoder_hidden_states` a verifier's forward returns: its decoder layers plus the embedding output.
-
-    Counted on the decoder module itself (`layers`, or T5's `block`), which is what the forward runs.
-    """
-    decoder = verifier.get_decoder()
-    layers = getattr(decoder, "layers", None)
-    if layers is None:
-        layers = getattr(decoder, "block", None)
-    if layers is None:
-        raise ValueError(f"cannot tell the decoder layers of {type(verifier).__name__} (no `layers` or `block`)")
-    return len(layers) + 1
-
-
-def check_state_layers(layers: list[int] | None, verifier) -> None:
-    """Check that the decoder hidden-state indices a drafter reads (`verifier_state_layers`) exist in `verifier`.
-
-    Raises:
-        ValueError: naming the indices, the valid range and the fix.
-    """
-    if not layers:
-        return
-    count = decoder_hidden_state_count(verifier)
-    wrong = [index for index in layers if not -count <= int(index) < count]
-    if wrong:
-        raise ValueError(
-            f"The drafter reads verifier decoder states {wrong} (`prefix_feature_layers`), but this verifier returns "
-            f"{count} (indices {-count} to {count - 1}: 0 is the embedding output, -1 the top layer). Name layers "
-            "this verifier has, or use a drafter trained for it."
         )

@@ -2,10 +2,9 @@
 
 On CPU, PyTorch runs a float32 `nn.Linear` through the BLAS library it was built with (MKL in the x86 wheels) and a
 bfloat16 one through oneDNN, which lays the weight out for its kernel on every call. Decoding feeds a handful of rows
-at a time, where that matters: on the project's 2-core AMD EPYC, oneDNN on a weight reordered once ran the demo
-verifier's float32 8,000 x 256 LM head over 5 rows in 76 us instead of 320 us, and the bfloat16 one in 52 us instead
-of 96 us (`benchmarks/bench_prepacked_linear.py`); inside greedy decoding, where the weights are cache-cold, the
-float32 head went from 0.54 to 0.16 ms per step. Intel's extension for PyTorch (`ipex.optimize`) and torch.compile's
+at a time, where that matters: on a weight reordered once, oneDNN's cost barely grows from one row to the k + 1 rows
+of a verification, where the BLAS kernel's grows with the rows (measured with `benchmarks/bench_prepacked_linear.py`;
+figures in docs/RESULTS.md). Intel's extension for PyTorch (`ipex.optimize`) and torch.compile's
 CPU freezing pass prepack weights too; this module does only that, with oneDNN operators PyTorch ships
 (`torch.ops.mkldnn`, private to PyTorch: resolved lazily and only where oneDNN is built in), for models run eagerly
 by `generate()`.

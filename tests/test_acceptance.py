@@ -66,7 +66,7 @@ def test_works_on_blocks():
 
 
 @pytest.mark.parametrize(
-    "beta, tau, block_size, name",
+    "beta, tau, num_draft_tokens, name",
     [
         (0, 0.0, 4, "beta"),
         (1.5, 0.0, 4, "beta"),
@@ -74,13 +74,13 @@ def test_works_on_blocks():
         (1, -0.1, 4, "tau"),
         (1, float("nan"), 4, "tau"),
         (1, float("inf"), 4, "tau"),
-        (1, 0.0, 0, "block_size"),
-        (1, 0.0, 2.0, "block_size"),
+        (1, 0.0, 0, "num_draft_tokens"),
+        (1, 0.0, 2.0, "num_draft_tokens"),
     ],
 )
-def test_validation_names_the_argument(beta, tau, block_size, name):
+def test_validation_names_the_argument(beta, tau, num_draft_tokens, name):
     with pytest.raises(ValueError, match=f"`{name}`"):
-        validate_acceptance_arguments(beta, tau, block_size)
+        validate_acceptance_arguments(beta, tau, num_draft_tokens)
 
 
 def test_commit_accepted_prefix_keeps_the_run_then_the_verifier_token():

@@ -34,9 +34,9 @@ def test_shipped_files_are_safetensors_with_model_cards():
 
 def test_beta_one_is_identical_to_greedy_on_held_out_sentences(pair):
     verifier, tokenizer, drafter = pair
-    assert isinstance(drafter, SpecDrafterModel) and drafter.vocab_size == verifier.config.vocab_size
+    assert isinstance(drafter, SpecDrafterModel) and drafter.config.vocab_size == verifier.config.vocab_size
     # generate()'s default k is the main job's (spec_k4_b1_t0), chosen on validation; 8 slots were trained
-    assert (drafter.block_size, drafter.max_block_size) == (4, 8)
+    assert (drafter.config.num_draft_tokens, drafter.config.max_draft_tokens) == (4, 8)
     lines = (DEMO / "heldout_test.jsonl").read_text(encoding="utf-8").splitlines()[:6]
     sources = [json.loads(line)["translation"]["en"] for line in lines]
     inputs = tokenizer(sources, return_tensors="pt", padding=True)

@@ -15,11 +15,18 @@ from conftest import build_verifier, build_word_tokenizer
 from transformers import PreTrainedTokenizerFast
 
 from specdec_hf.data import DataArguments, load_text_pairs
-from specdec_hf.distillation import CONFIG_NAME, distill, load_distilled_dataset, main, trim_at_eos
+from specdec_hf.data.padding import trim_at_eos
+from specdec_hf.distillation import CONFIG_NAME, DistillationSettings, distill, load_distilled_dataset, main
 
 FIXTURE = Path(__file__).parent / "fixtures" / "mt_fixture.jsonl"
 MAX_NEW_TOKENS = 8
-SETTINGS = dict(batch_size=8, max_new_tokens=MAX_NEW_TOKENS, shard_size=8, progress=False)
+SETTINGS = dict(batch_size=8, max_new_tokens=MAX_NEW_TOKENS, shard_size=8)
+
+
+def run_distill(verifier, tokenizer, dataset, output_dir, **overrides):
+    """`distill` with the test's settings (`overrides` replace some) and no progress bar."""
+    settings = DistillationSettings(output_dir=str(output_dir), **{**SETTINGS, **overrides})
+    return distill(verifier, tokenizer, dataset, settings, progress=False)
 
 
 @pytest.fixture(scope="module")
@@ -70,17 +77,8 @@ def expected_target_ids(verifier, tokenizer, sources: list[str], **generate_kwar
     return targets
 
 
-def test_trim_at_eos():
-    bart_style = torch.tensor([[2, 5, 2, 1, 1], [2, 5, 6, 7, 8], [2, 2, 1, 1, 1]])  # starts from EOS (2)
-    t5_style = torch.tensor([[0, 5, 1, 0], [0, 0, 5, 6]])  # starts from pad (0), EOS 1
-
-    assert trim_at_eos(bart_style, 2) == [[2, 5, 2], [2, 5, 6, 7, 8], [2, 2]]
-    assert trim_at_eos(t5_style, [1]) == [[0, 5, 1], [0, 0, 5, 6]]
-    assert trim_at_eos(t5_style, None) == t5_style.tolist()
-
-
 def test_distill_writes_the_verifiers_greedy_outputs(tmp_path, verifier, tokenizer, dataset):
-    result = distill(verifier, tokenizer, dataset, tmp_path / "out", **SETTINGS)
+    result = run_distill(verifier, tokenizer, dataset, tmp_path / "out")
 
     sources = list(dataset["source"])
     target_ids = expected_target_ids(verifier, tokenizer, sources)
@@ -103,7 +101,7 @@ def test_distill_writes_the_verifiers_greedy_outputs(tmp_path, verifier, tokeniz
 def test_beam_search_outputs_and_source_prefix(tmp_path, verifier, tokenizer, dataset):
     subset = dataset.select(range(4))
     prefix = "translate English to German: "
-    result = distill(verifier, tokenizer, subset, tmp_path / "beam", num_beams=2, source_prefix=prefix, **SETTINGS)
+    result = run_distill(verifier, tokenizer, subset, tmp_path / "beam", num_beams=2, source_prefix=prefix)
 
     sources = [prefix + source for source in subset["source"]]
     assert list(result["input_ids"]) == tokenizer(sources)["input_ids"]
@@ -111,22 +109,22 @@ def test_beam_search_outputs_and_source_prefix(tmp_path, verifier, tokenizer, da
 
 
 def test_interrupted_run_resumes_from_its_shards(tmp_path, monkeypatch, verifier, tokenizer, dataset):
-    reference = distill(verifier, tokenizer, dataset, tmp_path / "reference", **SETTINGS)
+    reference = run_distill(verifier, tokenizer, dataset, tmp_path / "reference")
     output_dir = tmp_path / "resumed"
     generate = CountingGenerate(verifier, monkeypatch)
 
-    assert distill(verifier, tokenizer, dataset, output_dir, max_shards=1, **SETTINGS) is None
+    assert run_distill(verifier, tokenizer, dataset, output_dir, max_shards=1) is None
     assert generate.sources == 8 and not (output_dir / CONFIG_NAME).exists()
     with pytest.raises(FileNotFoundError, match="unfinished distillation: run \\(or rerun, to resume\\)"):
         load_distilled_dataset(output_dir)
     (output_dir / "shards" / "shard-00001.parquet.tmp").write_bytes(b"half a shard")  # a kill mid-write
-    resumed = distill(verifier, tokenizer, dataset, output_dir, **SETTINGS)
+    resumed = run_distill(verifier, tokenizer, dataset, output_dir)
     assert generate.sources == 20  # only the 12 sources of the two unfinished shards were decoded again
 
     # A finished run is loaded, not recomputed; with the merged output lost, the shards alone rebuild it.
-    distill(verifier, tokenizer, dataset, output_dir, **SETTINGS)
+    run_distill(verifier, tokenizer, dataset, output_dir)
     (output_dir / CONFIG_NAME).unlink()
-    rebuilt = distill(verifier, tokenizer, dataset, output_dir, **SETTINGS)
+    rebuilt = run_distill(verifier, tokenizer, dataset, output_dir)
     assert generate.sources == 20
     for result in (resumed, rebuilt):
         assert result.to_list() == reference.to_list()
@@ -134,15 +132,17 @@ def test_interrupted_run_resumes_from_its_shards(tmp_path, monkeypatch, verifier
 
 def test_bad_input_and_output_dir_of_another_run_are_refused(tmp_path, verifier, tokenizer, dataset):
     output_dir = tmp_path / "out"
-    distill(verifier, tokenizer, dataset.select(range(8)), output_dir, **SETTINGS)
+    run_distill(verifier, tokenizer, dataset.select(range(8)), output_dir)
 
     with pytest.raises(ValueError, match=r"other settings \(max_new_tokens: 8 -> 4\).*--overwrite_output_dir"):
-        distill(verifier, tokenizer, dataset, output_dir, **{**SETTINGS, "max_new_tokens": 4})
+        run_distill(verifier, tokenizer, dataset, output_dir, max_new_tokens=4)
     with pytest.raises(ValueError, match="holds other sources than this data"):
-        distill(verifier, tokenizer, dataset.select(range(10, 18)), output_dir, **SETTINGS)
+        run_distill(verifier, tokenizer, dataset.select(range(10, 18)), output_dir)
     with pytest.raises(ValueError, match="no rows: nothing to distill"):
-        distill(verifier, tokenizer, dataset.select([]), tmp_path / "empty", **SETTINGS)
-    overwritten = distill(verifier, tokenizer, dataset.select(range(10, 18)), output_dir, overwrite=True, **SETTINGS)
+        run_distill(verifier, tokenizer, dataset.select([]), tmp_path / "empty")
+    overwritten = run_distill(
+        verifier, tokenizer, dataset.select(range(10, 18)), output_dir, overwrite_output_dir=True
+    )
     assert list(overwritten["source"]) == list(dataset["source"])[10:18]
 
 

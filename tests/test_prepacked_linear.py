@@ -281,7 +281,7 @@ def test_beta_one_on_prepacked_models_equals_greedy_on_the_same_model(family, ba
     verifier = build_verifier(family).eval()
     torch.manual_seed(0)
     drafter = SpecDrafterModel.from_verifier(
-        verifier, block_size=4, decoder_layers=1, prefix_attention="causal", prefix_feature_layers=[-1]
+        verifier, max_draft_tokens=4, decoder_layers=1, prefix_attention="causal", verifier_state_layers=[-1]
     ).eval()
     prepack_linear_layers(verifier)
     prepack_linear_layers(drafter)

@@ -17,10 +17,10 @@ from safetensors.torch import load_file
 from transformers import AutoModel, AutoModelForSeq2SeqLM
 
 import train_drafter
-from specdec_hf import SpecDrafterModel
+from specdec_hf import SpecDrafterAdapter, SpecDrafterModel
 from specdec_hf.config_parsing import parse_yaml_and_cli
 from specdec_hf.data import DataArguments, load_text_pairs
-from specdec_hf.distillation import distill, load_distilled_dataset
+from specdec_hf.distillation import DistillationSettings, distill, load_distilled_dataset
 from specdec_hf.training import evaluate_drafter
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,7 +37,8 @@ def workspace(tmp_path_factory) -> Path:
     verifier = build_verifier("bart")
     verifier.save_pretrained(root / "verifier")
     tokenizer.save_pretrained(root / "verifier")
-    distill(verifier, tokenizer, pairs, root / "distilled", batch_size=32, max_new_tokens=12, progress=False)
+    settings = DistillationSettings(output_dir=str(root / "distilled"), batch_size=32, max_new_tokens=12)
+    distill(verifier, tokenizer, pairs, settings, progress=False)
     return root
 
 
@@ -46,7 +47,7 @@ def write_config(workspace: Path, name: str, **overrides) -> Path:
         "verifier_name_or_path": str(workspace / "verifier"),
         "train_data": str(workspace / "distilled"),
         "output_dir": str(workspace / name),
-        "block_size": 4,
+        "max_draft_tokens": 4,
         "drafter_config": {"decoder_layers": 1, "prefix_attention": "causal"},
         "dataset_description": "tiny verifier's greedy outputs on 96 fixture sentences",
         "per_device_train_batch_size": 16,
@@ -75,7 +76,7 @@ def test_cli_with_yaml_config_saves_a_loadable_drafter(workspace):
     assert json.loads((output / "eval_results.json").read_text())["step"] == 4
     assert metrics["tokens_per_iteration"] >= 1.0 and len(metrics["accuracy_by_position"]) == 4
     drafter = AutoModel.from_pretrained(output)
-    assert isinstance(drafter, SpecDrafterModel) and drafter.block_size == 4
+    assert isinstance(drafter, SpecDrafterModel) and SpecDrafterAdapter(drafter).num_draft_tokens == 4
     assert "Spec-Drafter" in (output / "README.md").read_text()
 
 
@@ -137,7 +138,9 @@ def test_trained_drafter_beats_untrained(workspace):
     metrics = train_drafter.main(["--config", str(write_config(workspace, "longer", max_steps=80, eval_steps=80))])
     verifier = AutoModelForSeq2SeqLM.from_pretrained(workspace / "verifier").eval()
     held_out = [dict(row) for row in load_distilled_dataset(workspace / "distilled").select(range(80, 96))]
-    untrained = SpecDrafterModel.from_verifier(verifier, block_size=4, decoder_layers=1, prefix_attention="causal")
+    untrained = SpecDrafterModel.from_verifier(
+        verifier, max_draft_tokens=4, decoder_layers=1, prefix_attention="causal"
+    )
     baseline = evaluate_drafter(verifier, untrained, held_out, max_new_tokens=12)
     print(f"Tok. trained {metrics['tokens_per_iteration']:.2f} vs untrained {baseline['tokens_per_iteration']:.2f}")
     assert metrics["tokens_per_iteration"] > baseline["tokens_per_iteration"] + 0.3
@@ -179,7 +182,7 @@ def test_two_cpu_processes_with_gloo(workspace):
 @pytest.mark.parametrize("config", sorted((ROOT / "configs" / "train").glob("*.yaml")), ids=lambda p: p.stem)
 def test_shipped_training_configs_parse(config):
     (args,) = parse_yaml_and_cli([train_drafter.DrafterTrainingArguments], ["--config", str(config)])
-    assert args.verifier_name_or_path and args.train_data and args.block_size >= 1
+    assert args.verifier_name_or_path and args.train_data and args.max_draft_tokens >= 1
 
 
 def test_glancing_training_runs(workspace):
@@ -198,7 +201,7 @@ def test_every_split_soft_labels_features_and_reduced_head(workspace):
             "decoder_layers": 1,
             "prefix_attention": "causal",
             "use_verifier_encoder": True,
-            "prefix_feature_layers": [1, -1],
+            "verifier_state_layers": [1, -1],
         },
         split_points="all",
         max_splits=4,
@@ -211,7 +214,7 @@ def test_every_split_soft_labels_features_and_reduced_head(workspace):
     metrics = train_drafter.main(["--config", str(config)])
     drafter = SpecDrafterModel.from_pretrained(workspace / "eagle")
     assert drafter.config.draft_vocab_size == 40 and drafter.lm_head.weight.shape[0] == 40
-    assert drafter.verifier_state_layers == [1, -1]
+    assert drafter.config.verifier_state_layers == [1, -1]
     # the head keeps the most frequent target ids: those of the training data
     distilled = load_distilled_dataset(workspace / "distilled")
     counts = torch.bincount(torch.tensor([i for ids in distilled["target_ids"][:80] for i in ids[1:]]), minlength=99)

@@ -45,7 +45,7 @@ class EstimateArguments:
             "nargs": "+",
         },
     )
-    block_sizes: str = field(default="2,4,6,8", metadata={"help": "The k to measure, comma-separated."})
+    num_draft_tokens: str = field(default="2,4,6,8", metadata={"help": "The k to measure, comma-separated."})
     acceptance: str | None = field(
         default=None,
         metadata={
@@ -89,9 +89,9 @@ class EstimateArguments:
     plot: bool = field(default=True, metadata={"help": "Write speedup_by_tokens.png."})
 
     def __post_init__(self):
-        self.block_size_list = _numbers(self.block_sizes, int, "block_sizes")
-        if min(self.block_size_list) < 1:
-            raise ValueError(f"--block_sizes: each k must be at least 1, got {self.block_sizes!r}")
+        self.num_draft_tokens_list = _numbers(self.num_draft_tokens, int, "num_draft_tokens")
+        if min(self.num_draft_tokens_list) < 1:
+            raise ValueError(f"--num_draft_tokens: each k must be at least 1, got {self.num_draft_tokens!r}")
         self.tokens_grid = _numbers(self.tokens_per_iteration, float, "tokens_per_iteration")
         if min(self.tokens_grid) < 1:
             raise ValueError(f"--tokens_per_iteration: Tok. is at least 1, got {self.tokens_per_iteration!r}")
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     start = time.perf_counter()
     results = []
     for name in progress_bar(args.verifier, "verifier shapes"):
-        results.append(estimate_shape(name, profile, args.block_size_list, args.tokens_grid, settings))
+        results.append(estimate_shape(name, profile, args.num_draft_tokens_list, args.tokens_grid, settings))
     report = format_report(results, args.tokens_grid, header(args, profile))
     report += f"\nWall time of the run: {time.perf_counter() - start:.0f} s.\n"
     print(report)

@@ -26,7 +26,7 @@ __all__ = ["estimate_shape"]
 def estimate_shape(
     name: str,
     profile: AcceptanceProfile,
-    block_sizes: Sequence[int],
+    num_draft_tokens_values: Sequence[int],
     tokens_grid: Sequence[float],
     settings: MeasurementSettings,
     log: Callable[[str], None] = print,
@@ -37,7 +37,7 @@ def estimate_shape(
     Args:
         name (`str`): A built-in shape, a directory with `config.json` or a Hub id (`load_verifier_config`).
         profile (`AcceptanceProfile`): The drafter's expected acceptance.
-        block_sizes (`Sequence[int]`): The k to measure (each ≥ 1).
+        num_draft_tokens_values (`Sequence[int]`): The k to measure (each ≥ 1).
         tokens_grid (`Sequence[float]`): Tok. values at which to project the speed-up of every k (where ≤ k + 1).
         settings (`MeasurementSettings`): Inputs, repeats, device, dtype.
         log (`Callable[[str], None]`): Receives one line per finished stage.
@@ -47,29 +47,29 @@ def estimate_shape(
         milliseconds and in greedy steps, the profile's Tok. and projected speed-up), `grid` (per k and Tok.), `best_k`
         and `validation` (the direct runs: measured and projected speed-up, Tok., outputs differing from greedy).
     """
-    if not block_sizes or min(block_sizes) < 1:
-        raise ValueError(f"block sizes (k) must be at least 1, got {list(block_sizes)}")
+    if not num_draft_tokens_values or min(num_draft_tokens_values) < 1:
+        raise ValueError(f"every k must be at least 1, got {list(num_draft_tokens_values)}")
     config = load_verifier_config(name)
-    models = build_shape_models(name, config, settings, max(block_sizes))
+    models = build_shape_models(name, config, settings, max(num_draft_tokens_values))
     measure_greedy_reference(models, settings)
     # the first speculative call pays one-off costs (the drafter's first kernels, allocations): not a k's cost
-    speculative_run(models, 0, profile, max(block_sizes), settings)
+    speculative_run(models, 0, profile, max(num_draft_tokens_values), settings)
     sentences, new_tokens = len(models.sources), models.new_tokens
 
     costs: dict[int, IterationCost] = {}
     mismatches = 0
-    for block_size in block_sizes:
-        costs[block_size], wrong = measure_iteration_cost(models, profile, block_size, settings)
+    for num_draft_tokens in num_draft_tokens_values:
+        costs[num_draft_tokens], wrong = measure_iteration_cost(models, profile, num_draft_tokens, settings)
         mismatches += wrong
 
-    def speculative_time(block_size: int, tokens: float) -> float:
-        cost = costs[block_size]
+    def speculative_time(num_draft_tokens: int, tokens: float) -> float:
+        cost = costs[num_draft_tokens]
         return sentences * cost.fixed_s + new_tokens / tokens * cost.iteration_s
 
     # the profile's expected Tok. per k (EOS and the length limit aside); the calibration runs' own is shown too
-    expected = {k: profile.tokens_per_iteration(k) for k in block_sizes}
-    best_k = min(block_sizes, key=lambda k: speculative_time(k, expected[k]))
-    largest_k = max(block_sizes)
+    expected = {k: profile.tokens_per_iteration(k) for k in num_draft_tokens_values}
+    best_k = min(num_draft_tokens_values, key=lambda k: speculative_time(k, expected[k]))
+    largest_k = max(num_draft_tokens_values)
     direct = time_direct_runs(
         models, {"profile": (profile, best_k), "perfect": (AcceptanceProfile.perfect(), largest_k)}, settings
     )
@@ -78,8 +78,8 @@ def estimate_shape(
     log(f"{name}: greedy {1000 * greedy_step_s:.2f} ms/token, best k for the profile {best_k}")
 
     cost_rows = {}
-    for block_size, cost in costs.items():
-        cost_rows[block_size] = {
+    for num_draft_tokens, cost in costs.items():
+        cost_rows[num_draft_tokens] = {
             "ms": {
                 "verify": 1000 * cost.verify_s,
                 "drafter": 1000 * cost.drafter_s,
@@ -87,26 +87,26 @@ def estimate_shape(
                 "fixed_per_sentence": 1000 * cost.fixed_s,
             },
             "greedy_steps": cost_in_greedy_steps(cost, greedy_step_s),
-            "profile_tokens_per_iteration": expected[block_size],
+            "profile_tokens_per_iteration": expected[num_draft_tokens],
             "calibration_tokens_per_iteration": cost.tokens_per_iteration,
-            "profile_speedup": predicted_speedup(greedy_s, cost, sentences, new_tokens, expected[block_size]),
+            "profile_speedup": predicted_speedup(greedy_s, cost, sentences, new_tokens, expected[num_draft_tokens]),
         }
     grid = {
-        block_size: {
+        num_draft_tokens: {
             str(tokens): predicted_speedup(greedy_s, cost, sentences, new_tokens, tokens)
-            for tokens in (*tokens_grid, float(block_size + 1))
-            if tokens <= block_size + 1
+            for tokens in (*tokens_grid, float(num_draft_tokens + 1))
+            if tokens <= num_draft_tokens + 1
         }
-        for block_size, cost in costs.items()
+        for num_draft_tokens, cost in costs.items()
     }
     validation = {}
-    for run, block_size in (("profile", best_k), ("perfect", largest_k)):
+    for run, num_draft_tokens in (("profile", best_k), ("perfect", largest_k)):
         speedups = paired_speedups(direct["greedy"]["times_s"], direct[run]["times_s"])
         measured, low, high = spread(speedups)
         tokens = direct[run]["tokens_per_iteration"]
-        projected = predicted_speedup(greedy_s, costs[block_size], sentences, new_tokens, tokens)
+        projected = predicted_speedup(greedy_s, costs[num_draft_tokens], sentences, new_tokens, tokens)
         validation[run] = {
-            "block_size": block_size,
+            "num_draft_tokens": num_draft_tokens,
             "tokens_per_iteration": tokens,
             "measured_speedup": measured,
             "measured_speedup_min": low,

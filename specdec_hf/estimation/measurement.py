@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 import torch
 from transformers import AutoModelForSeq2SeqLM, PretrainedConfig, PreTrainedModel
 
-from ..drafting import decoder_hidden_state_count
 from ..evaluation.interleaved import time_interleaved
 from ..evaluation.timing import ModuleTimer, TimedDrafter, median, timed
 from ..generation import speculative_generate
 from ..models import SpecDrafterModel
+from ..models.verifier_conversion import decoder_hidden_state_count
 from ..prepacked_linear import prepack_linear_layers
 from .oracle import ProfileOracleDrafter
 from .profile import AcceptanceProfile
@@ -82,7 +82,7 @@ class IterationCost:
     What one speculative iteration costs at k drafts, and the fixed cost per sentence, in seconds.
 
     Args:
-        block_size (`int`): k.
+        num_draft_tokens (`int`): k.
         verify_s (`float`): One verifier forward over `[last token, d_1..d_k]` (LM head included).
         drafter_s (`float`): One drafter call (`propose`).
         loop_s (`float`): The rest of an iteration: the loop's own work (acceptance, bookkeeping, the oracle's
@@ -91,7 +91,7 @@ class IterationCost:
         tokens_per_iteration (`float`): The Tok. the calibration runs reached.
     """
 
-    block_size: int
+    num_draft_tokens: int
     verify_s: float
     drafter_s: float
     loop_s: float
@@ -105,7 +105,7 @@ class IterationCost:
 
 
 def recommended_drafter(
-    verifier: PreTrainedModel, max_block_size: int, overrides: dict | None = None
+    verifier: PreTrainedModel, max_draft_tokens: int, overrides: dict | None = None
 ) -> SpecDrafterModel:
     """
     The project's recommended Spec-Drafter design for `verifier`, untrained (the shipped demo drafter's design).
@@ -116,19 +116,19 @@ def recommended_drafter(
 
     Args:
         verifier (`PreTrainedModel`): An encoder-decoder model of a family `from_verifier` supports.
-        max_block_size (`int`): The most drafts per call (learned mask queries).
+        max_draft_tokens (`int`): The most drafts per call (learned mask queries).
         overrides (`dict`, *optional*): `SpecDrafterConfig` fields that replace the design's (another design);
             `draft_vocab_size` sets the reduced head's rows (0: the full vocabulary).
 
     Raises:
-        ValueError: when `overrides["block_size"]` is below `max_block_size` (k beyond the drafter).
+        ValueError: when `overrides["max_draft_tokens"]` is below `max_draft_tokens` (k beyond the drafter).
     """
     overrides = dict(overrides or {})
-    block_size = overrides.pop("block_size", max_block_size)
-    if block_size < max_block_size:
+    slots = overrides.pop("max_draft_tokens", max_draft_tokens)
+    if slots < max_draft_tokens:
         raise ValueError(
-            f"k={max_block_size} is beyond the drafter: its design drafts at most block_size={block_size} tokens per "
-            "call; measure smaller k (--block_sizes) or give the design a larger block_size."
+            f"k={max_draft_tokens} is beyond the drafter: its design drafts at most max_draft_tokens={slots} tokens "
+            "per call; measure smaller k (--num_draft_tokens) or give the design more max_draft_tokens."
         )
     layers = decoder_hidden_state_count(verifier) - 1
     vocab_size = verifier.config.vocab_size
@@ -137,15 +137,15 @@ def recommended_drafter(
         "use_verifier_encoder": True,
         "decoder_layers": 1,
         "prefix_attention": "causal",
-        "prefix_feature_layers": sorted({max(1, round(layers / 3)), max(1, round(2 * layers / 3)), layers}),
+        "verifier_state_layers": sorted({max(1, round(layers / 3)), max(1, round(2 * layers / 3)), layers}),
         **overrides,
     }
     head = list(range(min(head_size, vocab_size))) if head_size else None
-    return SpecDrafterModel.from_verifier(verifier, block_size=block_size, draft_vocab_ids=head, **design)
+    return SpecDrafterModel.from_verifier(verifier, max_draft_tokens=slots, draft_vocab_ids=head, **design)
 
 
 def build_shape_models(
-    name: str, config: PretrainedConfig, settings: MeasurementSettings, max_block_size: int
+    name: str, config: PretrainedConfig, settings: MeasurementSettings, max_draft_tokens: int
 ) -> ShapeModels:
     """
     A random-weight verifier of `config` (EOS off, greedy), its recommended drafter, and random source sentences.
@@ -154,7 +154,7 @@ def build_shape_models(
         name (`str`): The shape's name in reports.
         config (`PretrainedConfig`): From `load_verifier_config`.
         settings (`MeasurementSettings`): Inputs, device, dtype, prepacking, seed.
-        max_block_size (`int`): The largest k to be measured.
+        max_draft_tokens (`int`): The largest k to be measured.
     """
     torch.manual_seed(settings.seed)
     device = torch.device(settings.device)
@@ -166,7 +166,7 @@ def build_shape_models(
     generation.forced_bos_token_id = None
     for key, value in getattr(config, "generation_overrides", {}).items():
         setattr(generation, key, value)
-    drafter = recommended_drafter(verifier, max_block_size, settings.drafter_overrides)
+    drafter = recommended_drafter(verifier, max_draft_tokens, settings.drafter_overrides)
     if settings.prepack_linear and device.type == "cpu":
         prepack_linear_layers(verifier)
         prepack_linear_layers(drafter)
@@ -191,9 +191,9 @@ def measure_greedy_reference(models: ShapeModels, settings: MeasurementSettings)
     ]
 
 
-def _oracle(models: ShapeModels, drafter, index: int, profile: AcceptanceProfile, block_size: int, seed: int):
+def _oracle(models: ShapeModels, drafter, index: int, profile: AcceptanceProfile, num_draft_tokens: int, seed: int):
     reference = models.references[index]
-    draws = profile.draw_accepted((1, reference.shape[1]), block_size, seed + index)
+    draws = profile.draw_accepted((1, reference.shape[1]), num_draft_tokens, seed + index)
     return ProfileOracleDrafter(drafter, reference, draws)
 
 
@@ -202,27 +202,27 @@ def speculative_run(
     models: ShapeModels,
     index: int,
     profile: AcceptanceProfile,
-    block_size: int,
+    num_draft_tokens: int,
     settings: MeasurementSettings,
     drafter=None,
 ):
     """One speculative `generate()` of sentence `index` with the oracle (`drafter`: what the oracle wraps)."""
-    oracle = _oracle(models, drafter or models.drafter, index, profile, block_size, settings.seed)
+    oracle = _oracle(models, drafter or models.drafter, index, profile, num_draft_tokens, settings.seed)
     return models.verifier.generate(
         **models.sources[index],
         **_greedy_kwargs(settings),
         custom_generate=speculative_generate,
         drafter=oracle,
-        block_size=block_size,
+        num_draft_tokens=num_draft_tokens,
         return_dict_in_generate=True,
     )
 
 
 def measure_iteration_cost(
-    models: ShapeModels, profile: AcceptanceProfile, block_size: int, settings: MeasurementSettings
+    models: ShapeModels, profile: AcceptanceProfile, num_draft_tokens: int, settings: MeasurementSettings
 ) -> tuple[IterationCost, int]:
     """
-    The cost split of an iteration at `block_size` drafts, from instrumented runs over every sentence (the median
+    The cost split of an iteration at `num_draft_tokens` drafts, from instrumented runs over every sentence (the median
     over `settings.calibration_rounds` rounds of each part).
 
     Returns:
@@ -238,7 +238,7 @@ def measure_iteration_cost(
         with ModuleTimer([verifier.get_encoder()], device) as encoder, ModuleTimer([verifier], device) as forward:
             for index in range(len(models.sources)):
                 run = functools.partial(
-                    speculative_run, models, index, profile, block_size, settings, drafter=timed_drafter
+                    speculative_run, models, index, profile, num_draft_tokens, settings, drafter=timed_drafter
                 )
                 seconds, output = timed(run, device)
                 totals["wall"] += seconds
@@ -260,7 +260,7 @@ def measure_iteration_cost(
         parts["fixed"].append((totals["encoder"] + init_s) / len(models.sources))
         parts["tok"].append(totals["tokens"] / iterations)
     cost = IterationCost(
-        block_size=block_size,
+        num_draft_tokens=num_draft_tokens,
         verify_s=median(parts["verify"]),
         drafter_s=median(parts["drafter"]),
         loop_s=median(parts["loop"]),
@@ -292,9 +292,9 @@ def time_direct_runs(
 
     runners: dict[str, Callable[[int], object]] = {"greedy": greedy}
     results: dict[str, dict] = {"greedy": {}}
-    for name, (profile, block_size) in runs.items():
-        runners[name] = lambda index, profile=profile, block_size=block_size: speculative_run(
-            models, index, profile, block_size, settings
+    for name, (profile, num_draft_tokens) in runs.items():
+        runners[name] = lambda index, profile=profile, num_draft_tokens=num_draft_tokens: speculative_run(
+            models, index, profile, num_draft_tokens, settings
         )
         outputs = [runners[name](index) for index in range(len(models.sources))]  # warm-up, and the figures
         iterations = sum(sum(output.speculative_stats.iterations) for output in outputs)

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from ..drafting import Drafter, DraftProposal
+from ..generation import as_drafter
 
 __all__ = ["ProfileOracleDrafter"]
 
@@ -31,7 +32,8 @@ class ProfileOracleDrafter(Drafter):
     positions of iteration `it` and wrong from there on.
 
     Args:
-        drafter (`Drafter`): The real drafter whose calls are paid (e.g. a random-weight `SpecDrafterModel`).
+        drafter (`Drafter` or `SpecDrafterModel`): The real drafter whose calls are paid (a model is wrapped in its
+            adapter).
         reference (`torch.LongTensor` of shape `(batch_size, total_length)`): The verifier's greedy output for the
             batch (decoder start token included).
         accepted (`torch.LongTensor` of shape `(batch_size, max_iterations)`): Drafts right per row and iteration
@@ -39,7 +41,7 @@ class ProfileOracleDrafter(Drafter):
     """
 
     def __init__(self, drafter: Drafter, reference: torch.LongTensor, accepted: torch.LongTensor):
-        self.drafter = drafter
+        self.drafter = as_drafter(drafter)
         self.reference = reference
         self.accepted = accepted
 
@@ -48,12 +50,12 @@ class ProfileOracleDrafter(Drafter):
         return self.drafter.vocab_size
 
     @property
-    def block_size(self) -> int:
-        return self.drafter.block_size
+    def num_draft_tokens(self) -> int:
+        return self.drafter.num_draft_tokens
 
     @property
-    def max_block_size(self) -> int | None:
-        return getattr(self.drafter, "max_block_size", None)
+    def max_draft_tokens(self) -> int | None:
+        return getattr(self.drafter, "max_draft_tokens", None)
 
     @property
     def verifier_state_layers(self) -> list[int] | None:
@@ -65,19 +67,18 @@ class ProfileOracleDrafter(Drafter):
         inner = self.drafter.init_drafting_state(input_ids, attention_mask, encoder_hidden_states)
         return _OracleState(inner, rows, torch.zeros_like(rows))
 
-    def propose(self, state: _OracleState, prefix_ids, prefix_lengths, block_size, prefix_states=None):
+    def propose(self, state: _OracleState, prefix_ids, prefix_lengths, num_draft_tokens, verifier_states=None):
         """The real drafter's call, its drafts replaced by the profile's right and wrong tokens."""
-        kwargs = {} if self.verifier_state_layers is None else {"prefix_states": prefix_states}
-        proposal = self.drafter.propose(state.inner, prefix_ids, prefix_lengths, block_size, **kwargs)
+        proposal = self.drafter.propose(state.inner, prefix_ids, prefix_lengths, num_draft_tokens, verifier_states)
         lengths = prefix_lengths.cpu()
-        positions = lengths.unsqueeze(1) + torch.arange(block_size)  # (rows, k)
+        positions = lengths.unsqueeze(1) + torch.arange(num_draft_tokens)  # (rows, k)
         width = self.reference.shape[1]
         right = self.reference[state.rows.unsqueeze(1), positions.clamp(max=width - 1)]
         right = torch.where(positions < width, right, 0)
         iteration = state.iterations.clamp(max=self.accepted.shape[1] - 1)
         num_right = self.accepted[state.rows, iteration]
         num_right = torch.where(state.iterations < self.accepted.shape[1], num_right, 0)
-        wrong = torch.arange(block_size).unsqueeze(0) >= num_right.unsqueeze(1)
+        wrong = torch.arange(num_draft_tokens).unsqueeze(0) >= num_right.unsqueeze(1)
         draft_ids = torch.where(wrong, (right + 1) % self.vocab_size, right)
         new_state = _OracleState(proposal.state, state.rows, state.iterations + 1)
         return DraftProposal(draft_ids=draft_ids.to(prefix_ids.device), draft_logits=None, state=new_state)

@@ -41,28 +41,28 @@ class AcceptanceProfile:
         """`c_position` (1-based)."""
         return self.rates[min(position, len(self.rates)) - 1]
 
-    def survival(self, block_size: int) -> list[float]:
-        """`P(a >= i)` for i = 1..block_size."""
+    def survival(self, num_draft_tokens: int) -> list[float]:
+        """`P(a >= i)` for i = 1..num_draft_tokens."""
         values, running = [], 1.0
-        for position in range(1, block_size + 1):
+        for position in range(1, num_draft_tokens + 1):
             running *= self.rate(position)
             values.append(running)
         return values
 
-    def tokens_per_iteration(self, block_size: int) -> float:
-        """Expected Tok. at `block_size` drafts (EOS and length limits ignored)."""
-        return 1.0 + sum(self.survival(block_size))
+    def tokens_per_iteration(self, num_draft_tokens: int) -> float:
+        """Expected Tok. at `num_draft_tokens` drafts (EOS and length limits ignored)."""
+        return 1.0 + sum(self.survival(num_draft_tokens))
 
-    def draw_accepted(self, shape: tuple[int, ...], block_size: int, seed: int) -> torch.LongTensor:
+    def draw_accepted(self, shape: tuple[int, ...], num_draft_tokens: int, seed: int) -> torch.LongTensor:
         """
         Accepted-draft counts drawn from the profile, reproducibly (the same `seed` gives the same draws).
 
         Returns:
-            `torch.LongTensor` of `shape`, values in `[0, block_size]`.
+            `torch.LongTensor` of `shape`, values in `[0, num_draft_tokens]`.
         """
         generator = torch.Generator().manual_seed(seed)
-        uniform = torch.rand((*shape, block_size), generator=generator)
-        rates = torch.tensor([self.rate(i) for i in range(1, block_size + 1)])
+        uniform = torch.rand((*shape, num_draft_tokens), generator=generator)
+        rates = torch.tensor([self.rate(i) for i in range(1, num_draft_tokens + 1)])
         # a = number of leading positions whose draw falls under their rate
         return torch.cumprod((uniform < rates).long(), dim=-1).sum(-1)
 
@@ -72,26 +72,26 @@ class AcceptanceProfile:
         return cls((1.0,), source="perfect drafts")
 
     @classmethod
-    def constant_for_tokens(cls, tokens_per_iteration: float, block_size: int) -> AcceptanceProfile:
+    def constant_for_tokens(cls, tokens_per_iteration: float, num_draft_tokens: int) -> AcceptanceProfile:
         """
-        The constant-rate profile whose expected Tok. at `block_size` drafts is `tokens_per_iteration`.
+        The constant-rate profile whose expected Tok. at `num_draft_tokens` drafts is `tokens_per_iteration`.
 
         Raises:
-            ValueError: unless `1 <= tokens_per_iteration <= block_size + 1`.
+            ValueError: unless `1 <= tokens_per_iteration <= num_draft_tokens + 1`.
         """
-        if not 1.0 <= tokens_per_iteration <= block_size + 1:
+        if not 1.0 <= tokens_per_iteration <= num_draft_tokens + 1:
             raise ValueError(
-                f"Tok. {tokens_per_iteration} is impossible at k={block_size}: an iteration emits between 1 and "
-                f"k + 1 = {block_size + 1} tokens."
+                f"Tok. {tokens_per_iteration} is impossible at k={num_draft_tokens}: an iteration emits between 1 and "
+                f"k + 1 = {num_draft_tokens + 1} tokens."
             )
         low, high = 0.0, 1.0
         for _ in range(60):  # Tok. grows with the rate: bisect
             middle = (low + high) / 2
-            if cls((middle,)).tokens_per_iteration(block_size) < tokens_per_iteration:
+            if cls((middle,)).tokens_per_iteration(num_draft_tokens) < tokens_per_iteration:
                 low = middle
             else:
                 high = middle
-        return cls((high,), source=f"constant rate {high:.3f} (Tok. {tokens_per_iteration:g} at k={block_size})")
+        return cls((high,), source=f"constant rate {high:.3f} (Tok. {tokens_per_iteration:g} at k={num_draft_tokens})")
 
     @classmethod
     def from_counts(cls, accepted_at_position: list[int], drafted_at_position: list[int], source: str):
@@ -149,7 +149,7 @@ class AcceptanceProfile:
         stats = entry["speculative"]
         return cls.from_counts(stats["accepted_at_position"], stats["drafted_at_position"], f"{path} ({name})")
 
-    def describe(self, block_size: int) -> str:
-        """A short text: the rates and the expected Tok. at `block_size`."""
-        shown = ", ".join(f"{rate:.2f}" for rate in self.rates[:block_size])
-        return f"{self.source}: rates [{shown}], Tok. {self.tokens_per_iteration(block_size):.2f} at k={block_size}"
+    def describe(self, num_draft_tokens: int) -> str:
+        """A short text: the rates and the expected Tok. at `num_draft_tokens`."""
+        shown = ", ".join(f"{rate:.2f}" for rate in self.rates[:num_draft_tokens])
+        return f"{self.source}: rates [{shown}], Tok. {self.tokens_per_iteration(num_draft_tokens):.2f} at k={num_draft_tokens}"

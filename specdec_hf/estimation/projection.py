@@ -29,8 +29,8 @@ def predicted_speedup(
         new_tokens (`int`): Tokens generated over all sentences.
         tokens_per_iteration (`float`): Tok., in [1, k + 1].
     """
-    if not 1.0 <= tokens_per_iteration <= cost.block_size + 1 + 1e-9:
-        raise ValueError(f"Tok. {tokens_per_iteration} is outside [1, k + 1] for k={cost.block_size}")
+    if not 1.0 <= tokens_per_iteration <= cost.num_draft_tokens + 1 + 1e-9:
+        raise ValueError(f"Tok. {tokens_per_iteration} is outside [1, k + 1] for k={cost.num_draft_tokens}")
     speculative_s = sentences * cost.fixed_s + new_tokens / tokens_per_iteration * cost.iteration_s
     return greedy_s / speculative_s
 

@@ -60,13 +60,13 @@ def format_report(results: Sequence[dict[str, Any]], tokens_grid: Sequence[float
             f"| projected | {grid_header} | perfect (Tok. k+1) |",
             "|---|---|---|---|---|---|---|---|" + "---|" * len(tokens_grid) + "---|",
         ]
-        for block_size, row in result["costs"].items():
+        for num_draft_tokens, row in result["costs"].items():
             steps = row["greedy_steps"]
-            grid = result["grid"][block_size]
+            grid = result["grid"][num_draft_tokens]
             cells = [f"{grid[str(tokens)]:.2f}×" if str(tokens) in grid else "–" for tokens in tokens_grid]
-            perfect = grid[str(float(int(block_size) + 1))]
+            perfect = grid[str(float(int(num_draft_tokens) + 1))]
             lines.append(
-                f"| {block_size} | {steps['verify']:.2f} | {steps['drafter']:.2f} | {steps['loop']:.2f} "
+                f"| {num_draft_tokens} | {steps['verify']:.2f} | {steps['drafter']:.2f} | {steps['loop']:.2f} "
                 f"| {steps['iteration']:.2f} | {row['ms']['fixed_per_sentence']:.1f} "
                 f"| {row['profile_tokens_per_iteration']:.2f} | {row['profile_speedup']:.2f}× | {' | '.join(cells)} "
                 f"| {perfect:.2f}× |"
@@ -80,7 +80,7 @@ def format_report(results: Sequence[dict[str, Any]], tokens_grid: Sequence[float
 
 
 def _largest(results: Sequence[dict[str, Any]]) -> int:
-    return max((result["validation"]["perfect"]["block_size"] for result in results), default=0)
+    return max((result["validation"]["perfect"]["num_draft_tokens"] for result in results), default=0)
 
 
 def plot_speedup_curves(results: Sequence[dict[str, Any]], path: Path) -> Path:
@@ -95,15 +95,15 @@ def plot_speedup_curves(results: Sequence[dict[str, Any]], path: Path) -> Path:
 
     figure, axes = plt.subplots(figsize=(7, 4.5))
     for result in results:
-        block_size = result["best_k"]
-        costs = result["costs"][block_size]
+        num_draft_tokens = result["best_k"]
+        costs = result["costs"][num_draft_tokens]
         steps = 200
-        tokens = [1 + block_size * i / steps for i in range(steps + 1)]
+        tokens = [1 + num_draft_tokens * i / steps for i in range(steps + 1)]
         greedy_s = result["greedy_ms_per_token"] * result["new_tokens"] / 1000
         fixed_s = costs["ms"]["fixed_per_sentence"] / 1000 * result["sentences"]
         iteration_s = sum(costs["ms"][part] for part in ("verify", "drafter", "loop")) / 1000
         speedups = [greedy_s / (fixed_s + result["new_tokens"] / t * iteration_s) for t in tokens]
-        (line,) = axes.plot(tokens, speedups, label=f"{result['shape']} (k={block_size})")
+        (line,) = axes.plot(tokens, speedups, label=f"{result['shape']} (k={num_draft_tokens})")
         run = result["validation"]["profile"]
         axes.plot([run["tokens_per_iteration"]], [run["measured_speedup"]], "o", color=line.get_color())
     axes.axhline(1.0, color="grey", linewidth=0.8)

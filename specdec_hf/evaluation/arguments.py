@@ -10,12 +10,13 @@ from dataclasses import dataclass, field
 
 from ..config_parsing import parse_yaml_and_cli
 from ..data.loading import DataArguments
+from ..dtypes import TORCH_DTYPES
 from .strategies import STRATEGY_NAME_HELP, Strategy, resolve_strategies
 
 __all__ = ["METRIC_NAMES", "EvaluationArguments", "parse_evaluation_arguments"]
 
 METRIC_NAMES = ("bleu", "chrf", "rouge")
-_DTYPES = ("float32", "bfloat16", "float16")
+_DTYPES = tuple(TORCH_DTYPES)
 
 
 @dataclass

@@ -6,14 +6,14 @@ dataset row of every source, so that outputs can be put back in the data order w
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
 from ..data.padding import pad_token_ids
 
-__all__ = ["Batch", "encode_sources", "make_batches", "restore_order", "single_row_groups", "trim_generated"]
+__all__ = ["Batch", "encode_sources", "make_batches", "restore_order", "single_row_groups"]
 
 
 @dataclass
@@ -82,28 +82,6 @@ def single_row_groups(groups: Sequence[Batch], single_rows: Sequence[Batch]) -> 
     """
     by_row = {batch.rows[0]: batch for batch in single_rows}
     return [[by_row[row] for row in group.rows] for group in groups]
-
-
-def trim_generated(
-    sequences: torch.LongTensor, eos_token_ids: Iterable[int], prompt_length: int = 1
-) -> list[list[int]]:
-    """The generated ids of each row: after the decoder prompt, up to and including the first EOS.
-
-    Args:
-        sequences (`torch.LongTensor` of shape `(batch_size, sequence_length)`): `generate()` output, starting with
-            the decoder prompt (the decoder start token) and padded after EOS.
-        eos_token_ids (`Iterable[int]`): The EOS ids of the generation config.
-        prompt_length (`int`): Length of the decoder prompt (1: the decoder start token).
-
-    Returns:
-        `list[list[int]]`: per row, the generated ids (rows that never emitted EOS keep all their ids).
-    """
-    eos = set(eos_token_ids)
-    rows = []
-    for row in sequences[:, prompt_length:].tolist():
-        end = next((i + 1 for i, token in enumerate(row) if token in eos), len(row))
-        rows.append(row[:end])
-    return rows
 
 
 def restore_order(batches: Sequence[Batch], per_batch: Sequence[Sequence]) -> list:

@@ -14,7 +14,8 @@ from typing import Any
 
 import torch
 
-from .batching import Batch, restore_order, trim_generated
+from ..data.padding import trim_at_eos
+from .batching import Batch, restore_order
 from .memory import measure_peak_memory
 from .progress import progress_bar
 from .strategies import Strategy
@@ -134,7 +135,7 @@ def count_generated_tokens(
         disable_tqdm (`bool`): Hide the progress bar.
     """
     outputs = _generate_all(verifier, batches, kwargs, desc, disable_tqdm)
-    return sum(len(ids) for sequences in _sequences(outputs) for ids in trim_generated(sequences, eos_token_ids))
+    return sum(len(ids) for sequences in _sequences(outputs) for ids in _generated_ids(sequences, eos_token_ids))
 
 
 def run_strategy(
@@ -176,7 +177,7 @@ def run_strategy(
         instrumented_s, outputs = timed(
             lambda: _generate_all(verifier, batches, instrumented_kwargs, strategy.name, disable_tqdm), device
         )
-    per_batch = [trim_generated(sequences, eos_token_ids) for sequences in _sequences(outputs)]
+    per_batch = [_generated_ids(sequences, eos_token_ids) for sequences in _sequences(outputs)]
     sequences = restore_order(batches, per_batch)
 
     # 2. Memory peak of one call on the first (with length sorting: the longest) batch.
@@ -203,3 +204,8 @@ def run_strategy(
         peak_activation_bytes=peak,
         generation_kwargs=recorded,
     )
+
+
+def _generated_ids(sequences: torch.LongTensor, eos_token_ids: Sequence[int]) -> list[list[int]]:
+    """Each row's generated ids: after the decoder start token, up to and including the first EOS."""
+    return trim_at_eos(sequences, eos_token_ids, keep_prompt=False)

@@ -1,6 +1,6 @@
 """Interleaved timing: every strategy timed on the same group of inputs back to back, in a rotating order.
 
-Why: a machine's speed drifts (±15 % over minutes on a shared CPU), and timing each strategy in its own block of time
+Why: a machine's speed drifts over minutes (more so on a shared CPU), and timing each strategy in its own block of time
 turns that drift into a difference between strategies. Here all strategies run on group g within moments of each
 other; the order rotates (group g of repeat r starts with strategy (r + g) mod n, so each group is decoded in a
 different order in every repeat and, with one group, the repeats take turns), so that no strategy always runs first (right after

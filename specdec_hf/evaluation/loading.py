@@ -7,14 +7,13 @@ from dataclasses import dataclass
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
+from ..dtypes import TORCH_DTYPES
 from ..model_files import load_pretrained
 from ..models import SpecDrafterModel
 from ..prepacked_linear import prepack_linear_layers
 from .arguments import EvaluationArguments
 
 __all__ = ["EvaluationModels", "load_models", "resolve_device"]
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @dataclass
@@ -39,7 +38,7 @@ def resolve_device(name: str) -> torch.device:
 
 def load_models(args: EvaluationArguments, device: torch.device) -> EvaluationModels:
     """Load every model of `args` onto `device` in `args.dtype`, frozen and in eval mode."""
-    dtype = _DTYPES[args.dtype]
+    dtype = TORCH_DTYPES[args.dtype]
     tokenizer = load_pretrained(
         AutoTokenizer.from_pretrained,
         args.tokenizer_name_or_path or args.verifier_name_or_path,
@@ -50,7 +49,7 @@ def load_models(args: EvaluationArguments, device: torch.device) -> EvaluationMo
     verifier = load_pretrained(
         load_seq2seq, args.verifier_name_or_path, "verifier_name_or_path", dtype=dtype, **attention
     )
-    drafter_dtype = _DTYPES[args.drafter_dtype or args.dtype]
+    drafter_dtype = TORCH_DTYPES[args.drafter_dtype or args.dtype]
     drafters = [
         load_pretrained(SpecDrafterModel.from_pretrained, path, "drafters", dtype=drafter_dtype)
         for path in args.drafters

@@ -13,6 +13,7 @@ import datasets
 
 from ..data.tokenization import check_tokenizer_matches
 from ..drafting import validate_drafter
+from ..generation import as_drafter
 from .strategies import Strategy
 
 __all__ = ["check_models", "check_output_dir", "check_pairs"]
@@ -81,7 +82,7 @@ def check_models(
     vocab_size = verifier.config.get_text_config(decoder=True).vocab_size
     for path, drafter in zip(drafter_paths, drafters, strict=True):
         try:
-            validate_drafter(drafter, vocab_size)
+            validate_drafter(as_drafter(drafter), vocab_size)
         except ValueError as err:
             raise ValueError(f"drafter {path!r}: {err}") from err
     if assistant is not None:
@@ -100,15 +101,17 @@ def check_models(
         drafter = drafters[strategy.drafter_index]
         path = drafter_paths[strategy.drafter_index]
         config = getattr(drafter, "config", None)
-        limit = getattr(drafter, "max_block_size", None)  # None: no limit (the drafting interface's default)
-        if limit is not None and strategy.block_size > limit:
+        # None: no limit (the drafting contract's default)
+        limit = getattr(as_drafter(drafter), "max_draft_tokens", None)
+        if limit is not None and strategy.num_draft_tokens > limit:
             raise ValueError(
-                f"strategy {strategy.name!r} drafts k={strategy.block_size} tokens but drafter {path!r} has "
-                f"{limit} mask slots (`block_size`): use k <= {limit}."
+                f"strategy {strategy.name!r} drafts k={strategy.num_draft_tokens} tokens but drafter {path!r} has "
+                f"{limit} mask slots (`max_draft_tokens`): use k <= {limit}."
             )
         positions = getattr(config, "max_position_embeddings", None)
-        if positions is not None and 1 + max_new_tokens + strategy.block_size > positions:
+        reach = 1 + max_new_tokens + strategy.num_draft_tokens
+        if positions is not None and reach > positions:
             raise ValueError(
-                f"strategy {strategy.name!r}: prefix plus k masks can reach {1 + max_new_tokens + strategy.block_size} "
+                f"strategy {strategy.name!r}: prefix plus k masks can reach {reach} "
                 f"positions, more than drafter {path!r} has ({positions}): lower `max_new_tokens` or k."
             )

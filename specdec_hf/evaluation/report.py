@@ -14,11 +14,23 @@ import sacrebleu
 import torch
 import transformers
 
+from ..files import write_json_atomic
 from .interleaved import format_spread
 from .machine import cpu_model
 
-__all__ = ["environment_info", "markdown_tables", "write_generations", "write_json"]
+__all__ = [
+    "PLOT_FILE",
+    "RESULTS_FILE",
+    "TABLE_FILE",
+    "environment_info",
+    "markdown_tables",
+    "write_generations",
+    "write_report",
+]
 
+RESULTS_FILE = "results.json"
+TABLE_FILE = "results.md"
+PLOT_FILE = "latency_throughput.png"
 _MIB = 1024 * 1024
 
 
@@ -132,15 +144,6 @@ def markdown_tables(results: dict[str, dict], metrics: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
-def write_json(data: dict, path: str | Path) -> Path:
-    """Write `data` as indented JSON (written to a temporary file first, then renamed)."""
-    path = Path(path)
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
-    temporary.replace(path)
-    return path
-
-
 def write_generations(rows: Sequence[dict], path: str | Path) -> Path:
     """Write one JSON object per line (`id`, `source`, `reference`, `hypothesis`, ...)."""
     path = Path(path)
@@ -148,3 +151,34 @@ def write_generations(rows: Sequence[dict], path: str | Path) -> Path:
         for row in rows:
             handle.write(json.dumps(row, ensure_ascii=False) + "\n")
     return path
+
+
+def write_report(data: dict[str, Any], args, output_dir: Path) -> None:
+    """Write `results.json` and `results.md` of an evaluation run (`data`, as `run_evaluation` returns it, and its
+    `EvaluationArguments`); print the tables."""
+    environment = data["environment"]
+    header = (
+        f"# {args.verifier_name_or_path} on {data['data']['description']}: {data['data']['num_samples']} rows, "
+        f"batch size {args.batch_size}, max_new_tokens {args.max_new_tokens}, {environment['device']} "
+        f"({environment['device_name']}, {environment['num_threads']} threads, {environment['dtype']}"
+        f"{', linear layers prepacked for oneDNN' if args.prepack_linear else ''}); "
+        f"timing: {data['timing']['scheme']}\n"
+    )
+    footer = ""
+    reference = data["reference_timings"].get("greedy_batch_size_1")
+    if reference is not None:
+        seconds = format_spread(reference["time_s"], reference["time_s_min"], reference["time_s_max"], 3)
+        footer += f"\nBatch-size-1 strategies are compared with greedy at batch size 1: {seconds} s."
+    if environment["shared_machine_warning"] is not None:
+        footer += f"\nWarning: {environment['shared_machine_warning']}"
+    quality = data["strategies"]["greedy"]["quality"]
+    footer += f"\nsacrebleu: BLEU {quality['bleu_signature']} ; chrF {quality['chrf_signature']}"
+    if args.measure_memory:
+        footer += f"\nMemory: {data['memory']['method']}."
+    text = header + "\n" + markdown_tables(data["strategies"], args.metrics) + "\n" + footer + "\n"
+    (output_dir / TABLE_FILE).write_text(text)
+    write_json_atomic(output_dir / RESULTS_FILE, data)
+    print(text)
+    print(f"Results: {output_dir / RESULTS_FILE}, {output_dir / TABLE_FILE}, {output_dir / 'generations'}/")
+    if data["sweep"] is not None:
+        print(f"Latency-throughput plot: {output_dir / PLOT_FILE}")

@@ -27,24 +27,28 @@ from ..data.tokenization import default_source_prefix
 from .arguments import EvaluationArguments
 from .batching import Batch, encode_sources, make_batches, single_row_groups
 from .execution import StrategyRun, count_generated_tokens, group_runner, run_strategy
-from .interleaved import format_spread, spread, time_interleaved, timing_summary
+from .interleaved import time_interleaved
 from .loading import EvaluationModels, load_models, resolve_device
 from .machine import check_machine_load
-from .memory import memory_method, parameter_bytes
 from .metrics import corpus_quality, fraction_identical
 from .preflight import check_models, check_output_dir, check_pairs
-from .report import environment_info, markdown_tables, write_generations, write_json
+from .report import PLOT_FILE, environment_info, write_generations, write_report
+from .results import (
+    TIMING_SCHEME,
+    config_section,
+    memory_section,
+    models_section,
+    reference_timing,
+    strategy_result,
+    sweep_section,
+    timing_section,
+)
 from .strategies import Strategy, generation_kwargs
 from .sweep import plot_latency_throughput, run_sweep
 
 __all__ = ["run_evaluation"]
 
 logger = logging.getLogger(__name__)
-
-RESULTS_FILE = "results.json"
-TABLE_FILE = "results.md"
-PLOT_FILE = "latency_throughput.png"
-TIMING_SCHEME = "interleaved, rotating order, median of {repeats} repeats, range in brackets"
 
 
 def _eos_token_ids(verifier) -> list[int]:
@@ -83,81 +87,6 @@ def _source_prefix(args: EvaluationArguments, data_args: DataArguments, verifier
         return args.source_prefix
     languages = data_args.languages or (None, None)
     return default_source_prefix(verifier.config.model_type, data_args.task, *languages)
-
-
-def _strategy_result(
-    run: StrategyRun,
-    quality: dict,
-    identical: float,
-    times_s: list[float],
-    reference_times_s: list[float],
-    reference_name: str,
-    reference_peak: int | None,
-    models: EvaluationModels,
-    drafter_paths: list[str],
-    repeats: int,
-    num_samples: int,
-) -> dict[str, Any]:
-    strategy = run.strategy
-    timing = timing_summary(times_s, reference_times_s)
-    time_s = timing["time_s"]
-    extra_parameters = 0
-    settings: dict[str, Any] = {}
-    if strategy.kind == "speculative":
-        drafter = models.drafters[strategy.drafter_index]
-        extra_parameters = parameter_bytes(drafter)
-        settings = {
-            "drafter": drafter_paths[strategy.drafter_index],
-            "block_size": strategy.block_size,
-            "beta": strategy.beta,
-            "tau": strategy.tau,
-            "draft_confidence_threshold": strategy.confidence_threshold,
-        }
-    elif strategy.kind == "assisted":
-        extra_parameters = parameter_bytes(models.assistant)
-    extra_activation = None
-    if run.peak_activation_bytes is not None and reference_peak is not None:
-        # over greedy at the same batch size; greedy itself is the reference
-        extra_activation = max(0, run.peak_activation_bytes - reference_peak) if strategy.kind != "greedy" else 0
-    share_base = run.instrumented_s
-    verifier_share = run.verifier_s / share_base if share_base > 0 else None
-    drafter_share = run.drafter_s / share_base if run.drafter_s is not None and share_base > 0 else None
-    other_share = None
-    if verifier_share is not None:
-        other_share = max(0.0, 1.0 - verifier_share - (drafter_share or 0.0))
-    return {
-        "kind": strategy.kind,
-        "settings": settings,
-        "batch_size": run.batch_size,
-        "generation_kwargs": run.generation_kwargs,
-        "quality": quality,
-        "identical_to_greedy": identical,
-        "tokens_per_iteration": run.tokens_per_iteration,
-        "speed": {
-            **timing,
-            "repeats": repeats,
-            "generated_tokens": run.generated_tokens,
-            "tokens_per_s": run.generated_tokens / time_s,
-            "sentences_per_s": num_samples / time_s,
-            "speedup_reference": reference_name,
-        },
-        "time_share": {
-            "instrumented_pass_s": run.instrumented_s,
-            "verifier_s": run.verifier_s,
-            "drafter_s": run.drafter_s,
-            "verifier": verifier_share,
-            "drafter": drafter_share,
-            "other": other_share,
-            "verifier_decoder_calls": run.verifier_decoder_calls,
-        },
-        "speculative": run.speculative,
-        "memory": {
-            "peak_activation_bytes": run.peak_activation_bytes,
-            "extra_parameter_bytes": extra_parameters,
-            "extra_activation_bytes": extra_activation,
-            "extra_total_bytes": extra_parameters + (extra_activation or 0),
-        },
-    }
 
 
 @dataclasses.dataclass
@@ -256,25 +185,11 @@ def run_evaluation(args: EvaluationArguments, data_args: DataArguments) -> dict[
         _sweep(args, models, inputs.first(args.sweep_max_samples), eos_ids, device, output_dir) if args.sweep else None
     )
 
-    # 8. Everything into results.json, results.md and the console.
+    # 8. Everything into results.json (the sections of `results.py`), results.md and the console.
     data = {
         "environment": {**environment_info(device, args.dtype), **machine_load},
-        "config": {"evaluation": dataclasses.asdict(args), "data": dataclasses.asdict(data_args)},
-        "models": {
-            "verifier": args.verifier_name_or_path,
-            "verifier_model_type": verifier.config.model_type,
-            "tokenizer": args.tokenizer_name_or_path or args.verifier_name_or_path,
-            "drafters": [
-                {
-                    "path": path,
-                    "default_block_size": d.block_size,
-                    "max_block_size": getattr(d, "max_block_size", None),
-                    "parameter_bytes": parameter_bytes(d),
-                }
-                for path, d in zip(args.drafters, models.drafters, strict=True)
-            ],
-            "assistant_model": args.assistant_model if models.assistant is not None else None,
-        },
+        "config": config_section(args, data_args),
+        "models": models_section(args, models),
         "data": {
             "description": description,
             "split": split,
@@ -283,26 +198,13 @@ def run_evaluation(args: EvaluationArguments, data_args: DataArguments) -> dict[
             "source_prefix": source_prefix,
             "max_source_length": max_source_length,
         },
-        "timing": {
-            "scheme": TIMING_SCHEME.format(repeats=args.repeats),
-            "repeats": args.repeats,
-            "groups": len(inputs.batches(args.batch_size)),
-            "group": f"a batch of batch size {args.batch_size} (batch-size-1 strategies decode its rows one by one)",
-            "speedup": "median over repeats of reference total / strategy total of the same repeat",
-        },
+        "timing": timing_section(args, len(inputs.batches(args.batch_size))),
         "strategies": results,
-        "reference_timings": {name: _reference_timing(run, times[name]) for name, run in reference_runs.items()},
-        "memory": {
-            "method": memory_method(device),
-            "measured_on": "one generate() call on the first batch (the longest sources when sort_by_length)",
-            "verifier_parameter_bytes": parameter_bytes(verifier),
-            "verifier_activation_peak_bytes": runs["greedy"].peak_activation_bytes,
-            "drafter_parameter_bytes": [parameter_bytes(drafter) for drafter in models.drafters],
-            "assistant_parameter_bytes": parameter_bytes(models.assistant) if models.assistant is not None else None,
-        },
+        "reference_timings": {name: reference_timing(run, times[name]) for name, run in reference_runs.items()},
+        "memory": memory_section(device, models, runs["greedy"]),
         "sweep": sweep,
     }
-    _report(data, args, output_dir)
+    write_report(data, args, output_dir)
     return data
 
 
@@ -368,18 +270,6 @@ def _time_interleaved(
     return time_interleaved(runners, len(groups), args.repeats, device, "timed passes", args.disable_tqdm)
 
 
-def _reference_timing(run: StrategyRun, times_s: list[float]) -> dict[str, Any]:
-    time_s, time_min, time_max = spread(times_s)
-    return {
-        "batch_size": run.batch_size,
-        "time_s": time_s,
-        "time_s_min": time_min,
-        "time_s_max": time_max,
-        "times_s": times_s,
-        "peak_activation_bytes": run.peak_activation_bytes,
-    }
-
-
 def _score(
     run: StrategyRun,
     greedy_run: StrategyRun,
@@ -394,7 +284,7 @@ def _score(
     reference_name = "greedy"
     if run.strategy.batch_one_only and "greedy_batch_size_1" in reference_runs:
         reference_name = "greedy_batch_size_1"
-    result = _strategy_result(
+    result = strategy_result(
         run,
         corpus_quality(hypotheses, pairs["target"], bleu_tokenize=args.bleu_tokenize),
         fraction_identical(run.sequences, greedy_run.sequences),
@@ -442,42 +332,4 @@ def _sweep(
     points = run_sweep(strategies, args.sweep_batch_sizes, len(inputs.encoded), inputs.batches, measure)
     title = f"{Path(args.verifier_name_or_path).name}: latency vs throughput (labels: batch size)"
     plot_latency_throughput(points, output_dir / PLOT_FILE, title=title)
-    return {
-        "batch_sizes": args.sweep_batch_sizes,
-        "strategies": [strategy.name for strategy in strategies],
-        "num_samples": len(inputs.encoded),
-        "timing": TIMING_SCHEME.format(repeats=args.repeats) + ", per batch size",
-        "latency": "median total of a repeat over the rows divided by its number of batches (s per batch)",
-        "points": points,
-        "plot": PLOT_FILE,
-    }
-
-
-def _report(data: dict[str, Any], args: EvaluationArguments, output_dir: Path) -> None:
-    """Write results.json and results.md; print the tables."""
-    environment = data["environment"]
-    header = (
-        f"# {args.verifier_name_or_path} on {data['data']['description']}: {data['data']['num_samples']} rows, "
-        f"batch size {args.batch_size}, max_new_tokens {args.max_new_tokens}, {environment['device']} "
-        f"({environment['device_name']}, {environment['num_threads']} threads, {environment['dtype']}"
-        f"{', linear layers prepacked for oneDNN' if args.prepack_linear else ''}); "
-        f"timing: {data['timing']['scheme']}\n"
-    )
-    footer = ""
-    reference = data["reference_timings"].get("greedy_batch_size_1")
-    if reference is not None:
-        seconds = format_spread(reference["time_s"], reference["time_s_min"], reference["time_s_max"], 3)
-        footer += f"\nBatch-size-1 strategies are compared with greedy at batch size 1: {seconds} s."
-    if environment["shared_machine_warning"] is not None:
-        footer += f"\nWarning: {environment['shared_machine_warning']}"
-    quality = data["strategies"]["greedy"]["quality"]
-    footer += f"\nsacrebleu: BLEU {quality['bleu_signature']} ; chrF {quality['chrf_signature']}"
-    if args.measure_memory:
-        footer += f"\nMemory: {data['memory']['method']}."
-    text = header + "\n" + markdown_tables(data["strategies"], args.metrics) + "\n" + footer + "\n"
-    (output_dir / TABLE_FILE).write_text(text)
-    write_json(data, output_dir / RESULTS_FILE)
-    print(text)
-    print(f"Results: {output_dir / RESULTS_FILE}, {output_dir / TABLE_FILE}, {output_dir / 'generations'}/")
-    if data["sweep"] is not None:
-        print(f"Latency-throughput plot: {output_dir / PLOT_FILE}")
+    return sweep_section(args, [strategy.name for strategy in strategies], len(inputs.encoded), points)

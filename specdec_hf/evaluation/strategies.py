@@ -52,14 +52,14 @@ class Strategy:
     Args:
         name (`str`): Its name in the config and in every output.
         kind (`str`): `"greedy"`, `"beam"`, `"speculative"`, `"assisted"` or `"prompt_lookup"`.
-        block_size, beta, tau: The speculative settings (k, β, τ); `None` for other kinds.
+        num_draft_tokens, beta, tau: The speculative settings (k, β, τ); `None` for other kinds.
         confidence_threshold (`float`, *optional*): `draft_confidence_threshold` of a speculative strategy.
         drafter_index (`int`, *optional*): Which of the configured drafters; `None` for other kinds.
     """
 
     name: str
     kind: str
-    block_size: int | None = None
+    num_draft_tokens: int | None = None
     beta: int | None = None
     tau: float | None = None
     drafter_index: int | None = None
@@ -88,7 +88,7 @@ def parse_strategy(name: str) -> Strategy:
     return Strategy(
         name=name,
         kind="speculative",
-        block_size=int(match["k"]),
+        num_draft_tokens=int(match["k"]),
         beta=int(match["beta"]),
         tau=float(match["tau"]),
         drafter_index=None if drafter is None else int(drafter),
@@ -166,7 +166,7 @@ def generation_kwargs(
         kwargs.update(
             custom_generate=speculative_generate,
             drafter=drafter,
-            block_size=strategy.block_size,
+            num_draft_tokens=strategy.num_draft_tokens,
             beta=strategy.beta,
             tau=strategy.tau,
             return_dict_in_generate=True,

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from ..drafting import Drafter, DraftProposal
+from ..generation import as_drafter
 
 __all__ = ["ModuleTimer", "TimedDrafter", "median", "synchronize", "timed"]
 
@@ -91,12 +92,12 @@ class TimedDrafter(Drafter):
     """A `Drafter` that times the wrapped drafter's `init_drafting_state` and `propose` calls.
 
     Args:
-        drafter (`Drafter`): The real drafter (e.g. a `SpecDrafterModel`).
+        drafter (`Drafter` or `SpecDrafterModel`): The real drafter (a model is wrapped in its adapter).
         device (`torch.device`): Synchronised around each call on CUDA.
     """
 
     def __init__(self, drafter: Drafter, device: torch.device):
-        self.drafter = drafter
+        self.drafter = as_drafter(drafter)
         self.device = device
         self.total_s = 0.0
         self.propose_s = 0.0  # the part of `total_s` spent in `propose` (the rest: `init_drafting_state`)
@@ -107,13 +108,14 @@ class TimedDrafter(Drafter):
         return self.drafter.vocab_size
 
     @property
-    def block_size(self) -> int:
-        return self.drafter.block_size
+    def num_draft_tokens(self) -> int:
+        return self.drafter.num_draft_tokens
 
     @property
-    def max_block_size(self) -> int | None:
-        """The wrapped drafter's limit on k (`None`: none), so that `generate()` checks `block_size` against it."""
-        return getattr(self.drafter, "max_block_size", None)
+    def max_draft_tokens(self) -> int | None:
+        """The wrapped drafter's limit on k (`None`: none), so that `generate()` checks `num_draft_tokens` against
+        it."""
+        return getattr(self.drafter, "max_draft_tokens", None)
 
     @property
     def verifier_state_layers(self) -> list[int] | None:
@@ -128,11 +130,13 @@ class TimedDrafter(Drafter):
     def init_drafting_state(self, input_ids, attention_mask, encoder_hidden_states) -> Any:
         return self._time(lambda: self.drafter.init_drafting_state(input_ids, attention_mask, encoder_hidden_states))
 
-    def propose(self, state, prefix_ids, prefix_lengths, block_size, **kwargs) -> DraftProposal:
-        """The wrapped drafter's proposal, timed; `kwargs` (e.g. `prefix_states`) are passed on."""
+    def propose(self, state, prefix_ids, prefix_lengths, num_draft_tokens, verifier_states=None) -> DraftProposal:
+        """The wrapped drafter's proposal, timed."""
         self.propose_calls += 1
         before = self.total_s
-        proposal = self._time(lambda: self.drafter.propose(state, prefix_ids, prefix_lengths, block_size, **kwargs))
+        proposal = self._time(
+            lambda: self.drafter.propose(state, prefix_ids, prefix_lengths, num_draft_tokens, verifier_states)
+        )
         self.propose_s += self.total_s - before
         return proposal
 

@@ -2,7 +2,8 @@
 
 This is the one module that reads transformers' generation internals (the arguments `generate()` passes to a
 callable `custom_generate`, its prepared special-token tensors, its cache classes), so a transformers upgrade is a
-change here. The loop itself lives in `speculative_loop.py`; the acceptance rule in `specdec_hf.acceptance`.
+change here. The loop itself lives in `speculative_loop.py`, drafting with a `SpecDrafterModel` in
+`spec_drafter_adapter.py`, the acceptance rules in `specdec_hf.acceptance`.
 """
 
 from __future__ import annotations
@@ -24,13 +25,15 @@ from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
 from transformers.integrations.fsdp import is_fsdp_managed_module
 
 from ..acceptance import validate_acceptance_arguments
-from ..drafting import check_state_layers, validate_drafter
+from ..drafting import validate_drafter
+from ..models.verifier_conversion import check_verifier_state_layers
 from .outputs import SpeculativeGenerateOutput
+from .spec_drafter_adapter import as_drafter
 from .speculative_loop import SpeculativeLoopConfig, run_speculative_loop
 
 __all__ = ["enable_speculative_decoding", "speculative_generate"]
 
-_SPECULATIVE_ARGUMENTS = ("block_size", "beta", "tau", "draft_confidence_threshold")
+_SPECULATIVE_ARGUMENTS = ("num_draft_tokens", "beta", "tau", "draft_confidence_threshold")
 
 
 def speculative_generate(
@@ -40,7 +43,7 @@ def speculative_generate(
     stopping_criteria: StoppingCriteriaList,
     generation_config: GenerationConfig,
     drafter=None,
-    block_size: int | None = None,
+    num_draft_tokens: int | None = None,
     beta: int = 1,
     tau: float = 0.0,
     draft_confidence_threshold: float | None = None,
@@ -59,8 +62,10 @@ def speculative_generate(
         model (`PreTrainedModel`): The encoder-decoder verifier (passed by `generate()`).
         input_ids (`torch.LongTensor` of shape `(batch_size, prompt_length)`): Decoder prompt (passed by `generate()`).
         logits_processor, stopping_criteria, generation_config: Prepared by `generate()`.
-        drafter (`Drafter`): A `SpecDrafterModel` or any object implementing `specdec_hf.Drafter`; required.
-        block_size (`int`, *optional*): Drafted tokens per iteration (k); defaults to `drafter.block_size`.
+        drafter (`Drafter`): A `SpecDrafterModel` (drafted with through `SpecDrafterAdapter`) or any object
+            implementing `specdec_hf.Drafter`; required.
+        num_draft_tokens (`int`, *optional*): Drafted tokens per iteration (k); defaults to the drafter's
+            `num_draft_tokens` (for a `SpecDrafterModel`, `config.num_draft_tokens`, else `config.max_draft_tokens`).
         beta (`int`, *optional*, defaults to 1): Top-β candidate set; 1 gives exactly the greedy output.
         tau (`float`, *optional*, defaults to 0.0): Log-probability tolerance τ; only used when `beta > 1`.
         draft_confidence_threshold (`float`, *optional*): Adaptive draft length: verify, per row, only the leading
@@ -80,8 +85,8 @@ def speculative_generate(
         `SpeculativeGenerateOutput` (a `GenerateEncoderDecoderOutput` with `speculative_stats`).
 
     Raises:
-        ValueError: for a decoder-only verifier, a missing or mismatching drafter, bad `beta`/`tau`/`block_size`, and
-            generation modes not supported with a drafter (beam search, contrastive search, assisted generation,
+        ValueError: for a decoder-only verifier, a missing or mismatching drafter, bad `beta`/`tau`/`num_draft_tokens`,
+            and generation modes not supported with a drafter (beam search, contrastive search, assisted generation,
             static cache, ...).
     """
     if not model.config.is_encoder_decoder:
@@ -93,28 +98,13 @@ def speculative_generate(
         raise ValueError(
             "`drafter` is required for speculative decoding: pass `drafter=SpecDrafterModel.from_pretrained(...)`."
         )
-    # read once: get_text_config deep-copies the config (about 0.4 ms on CPU, a sizeable share of a short call)
+    # read once: get_text_config deep-copies the config
     decoder_config = model.config.get_text_config(decoder=True)
     vocab_size = decoder_config.vocab_size
+    drafter = as_drafter(drafter)
     validate_drafter(drafter, vocab_size)
-    block_size = drafter.block_size if block_size is None else block_size
-    validate_acceptance_arguments(beta, tau, block_size)
-    check_state_layers(getattr(drafter, "verifier_state_layers", None), model)
-    max_block_size = getattr(drafter, "max_block_size", None)
-    if max_block_size is not None and block_size > max_block_size:
-        raise ValueError(
-            f"`block_size` must be at most the drafter's {max_block_size} (one learned query per drafted position), "
-            f"got {block_size}: lower `block_size` or train a drafter with a larger one."
-        )
-    if draft_confidence_threshold is not None and (
-        isinstance(draft_confidence_threshold, bool)
-        or not isinstance(draft_confidence_threshold, (int, float))
-        or not 0.0 <= draft_confidence_threshold <= 1.0
-    ):
-        raise ValueError(
-            "`draft_confidence_threshold` must be a probability in [0, 1] (or None to verify every draft), got "
-            f"{draft_confidence_threshold!r}."
-        )
+    num_draft_tokens = drafter.num_draft_tokens if num_draft_tokens is None else num_draft_tokens
+    _check_speculative_arguments(model, drafter, num_draft_tokens, beta, tau, draft_confidence_threshold)
     if generation_config.do_sample and (beta != 1 or tau != 0):
         raise ValueError(
             f"`beta`/`tau` (got beta={beta}, tau={tau}) relax greedy verification; with `do_sample=True` speculative "
@@ -135,21 +125,15 @@ def speculative_generate(
         input_ids=source_ids, attention_mask=attention_mask, encoder_hidden_states=encoder_outputs.last_hidden_state
     )
 
-    max_length, eos = _length_and_eos_from_criteria(stopping_criteria, generation_config)
-    pad = generation_config._pad_token_tensor
-    pad_token_id = int(pad) if pad is not None else (int(eos[0]) if eos is not None else 0)
-    loop_config = SpeculativeLoopConfig(
-        block_size=block_size,
-        beta=beta,
-        tau=float(tau),
-        max_length=max_length,
-        pad_token_id=pad_token_id,
-        vocab_size=vocab_size,
-        eos_token_ids=eos.to(input_ids.device) if eos is not None else None,
-        do_sample=bool(generation_config.do_sample),
-        output_scores=bool(generation_config.return_dict_in_generate and generation_config.output_scores),
-        output_logits=bool(generation_config.return_dict_in_generate and generation_config.output_logits),
-        confidence_threshold=None if draft_confidence_threshold is None else float(draft_confidence_threshold),
+    loop_config = _loop_config(
+        generation_config,
+        stopping_criteria,
+        vocab_size,
+        num_draft_tokens,
+        beta,
+        tau,
+        draft_confidence_threshold,
+        input_ids.device,
     )
     result = run_speculative_loop(
         model,
@@ -175,6 +159,60 @@ def speculative_generate(
         # the cache holds rejected drafts and only the rows that finished last: not reusable, so not returned
         cache=None,
         speculative_stats=result.stats,
+    )
+
+
+def _check_speculative_arguments(
+    model, drafter, num_draft_tokens: int, beta: int, tau: float, draft_confidence_threshold: float | None
+) -> None:
+    """Check k, β, τ and the confidence threshold against their ranges and the drafter's limits."""
+    validate_acceptance_arguments(beta, tau, num_draft_tokens)
+    check_verifier_state_layers(getattr(drafter, "verifier_state_layers", None), model)
+    max_draft_tokens = getattr(drafter, "max_draft_tokens", None)
+    if max_draft_tokens is not None and num_draft_tokens > max_draft_tokens:
+        raise ValueError(
+            f"`num_draft_tokens` must be at most the drafter's {max_draft_tokens} (its `max_draft_tokens`: one "
+            f"learned query per drafted position), got {num_draft_tokens}: lower `num_draft_tokens` or train a "
+            "drafter with more."
+        )
+    if draft_confidence_threshold is not None and (
+        isinstance(draft_confidence_threshold, bool)
+        or not isinstance(draft_confidence_threshold, (int, float))
+        or not 0.0 <= draft_confidence_threshold <= 1.0
+    ):
+        raise ValueError(
+            "`draft_confidence_threshold` must be a probability in [0, 1] (or None to verify every draft), got "
+            f"{draft_confidence_threshold!r}."
+        )
+
+
+def _loop_config(
+    generation_config: GenerationConfig,
+    stopping_criteria: StoppingCriteriaList,
+    vocab_size: int,
+    num_draft_tokens: int,
+    beta: int,
+    tau: float,
+    draft_confidence_threshold: float | None,
+    device: torch.device,
+) -> SpeculativeLoopConfig:
+    """The loop's settings, from the (checked) arguments and what `generate()` prepared."""
+    max_length, eos = _length_and_eos_from_criteria(stopping_criteria, generation_config)
+    pad = generation_config._pad_token_tensor
+    pad_token_id = int(pad) if pad is not None else (int(eos[0]) if eos is not None else 0)
+    return_dict = generation_config.return_dict_in_generate
+    return SpeculativeLoopConfig(
+        num_draft_tokens=num_draft_tokens,
+        beta=beta,
+        tau=float(tau),
+        max_length=max_length,
+        pad_token_id=pad_token_id,
+        vocab_size=vocab_size,
+        eos_token_ids=None if eos is None else eos.to(device),
+        do_sample=bool(generation_config.do_sample),
+        output_scores=bool(return_dict and generation_config.output_scores),
+        output_logits=bool(return_dict and generation_config.output_logits),
+        confidence_threshold=None if draft_confidence_threshold is None else float(draft_confidence_threshold),
     )
 
 

@@ -1,68 +1,71 @@
 """The draft → verify → accept loop of Speculative Decoding (Xia et al., 2023, arXiv 2203.16487, Algorithm 1).
 
-Every iteration, for every unfinished row of the batch:
+Every iteration, for every unfinished row of the batch, runs these stages, each a function below:
 
-1. **Draft**: one drafter call proposes k tokens.
-2. **Verify**: one verifier decoder forward scores ``[uncached committed tokens, d_1..d_k]`` on its KV cache.
-3. **Accept**: the top-β/τ rule (`specdec_hf.acceptance`) keeps a prefix of the drafts and appends the verifier's
-   top-1 at the first rejection (or after all k drafts); logits processors and stopping criteria are applied per
-   verified position with that position's exact prefix, as greedy decoding would.
-4. **Discard**: the verifier's cache is cropped back to what every row has committed.
+1. **Draft** ([`draft`]): one drafter call proposes k tokens (drawn from its distribution when sampling; cut per row
+   by the drafter's confidence when `draft_confidence_threshold` is set).
+2. **Verify** ([`verify`]): one verifier decoder forward scores ``[uncached committed tokens, d_1..d_k]`` on its KV
+   cache (and, for drafters that read them, records its decoder states).
+3. **Accept** ([`accept`]): the rules of `specdec_hf.acceptance` keep a prefix of the drafts and append the token the
+   verifier emits where it stops; logits processors are applied per verified position with that position's exact
+   prefix, as greedy decoding would.
+4. **Stop** ([`stop`]): stopping criteria cut each row after the token that finishes it.
+5. **Commit** ([`commit`]): the tokens are written, the statistics counted, finished rows dropped, and the verifier's
+   cache cropped back to what every row has committed.
+
+After the last iteration, [`assemble`] lays the outputs out as `generate()` returns them.
 
 Rows advance by different amounts. BART, T5, Marian, mBART and Pegasus take decoder positions from the cache length
 alone, so the cache holds one shared length ``C = min(committed length) - 1`` and each verify forward *re-feeds* a
 row's committed-but-uncached tokens before its drafts, right-padded ("ragged re-feed": these families take no
-per-row position ids, so a shared cache length is the only exact layout). Padding only ever
-follows a row's real tokens, so causal attention never sees it; the cropped cache holds only committed tokens.
+per-row position ids, so a shared cache length is the only exact layout). Padding only ever follows a row's real
+tokens, so causal attention never sees it; the cropped cache holds only committed tokens.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from transformers import EncoderDecoderCache
-from transformers.generation.logits_process import (
-    EpsilonLogitsWarper,
-    EtaLogitsWarper,
-    LogitsProcessorList,
-    MinPLogitsWarper,
-    TemperatureLogitsWarper,
-    TopHLogitsWarper,
-    TopKLogitsWarper,
-    TopPLogitsWarper,
-    TypicalLogitsWarper,
-)
+from transformers.generation.logits_process import LogitsProcessorList
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria, StoppingCriteriaList
 from transformers.modeling_outputs import BaseModelOutput
 
-from ..acceptance import accept_drafts, commit_accepted_prefix, count_accepted
+from ..acceptance import (
+    GreedyRule,
+    SamplingRule,
+    accept_all_positions,
+    count_accepted,
+    judge_per_position,
+    sample_proposal,
+)
 from ..drafting import Drafter
-from ..speculative_sampling import draft_distribution, sample_drafts, speculative_sampling_step
 from .processor_gating import processors_acting_on
 from .stats import SpeculativeDecodingStats
 
-__all__ = ["LoopResult", "SpeculativeLoopConfig", "confident_draft_counts", "run_speculative_loop"]
-
-# Processors that only reshape a distribution (sampling warpers): applied to the drafter's logits too, so that its
-# proposal q resembles the verifier's warped p (any q keeps sampling exact; a closer one is accepted more often).
-_WARPERS = (
-    TemperatureLogitsWarper,
-    TopKLogitsWarper,
-    TopPLogitsWarper,
-    MinPLogitsWarper,
-    TypicalLogitsWarper,
-    EpsilonLogitsWarper,
-    EtaLogitsWarper,
-    TopHLogitsWarper,
-)
+__all__ = [
+    "ActiveBatch",
+    "LoopResult",
+    "SpeculativeLoopConfig",
+    "accept",
+    "assemble",
+    "commit",
+    "confident_draft_counts",
+    "draft",
+    "release_finished_rows",
+    "run_speculative_loop",
+    "stop",
+    "verify",
+]
 
 
 @dataclass
 class SpeculativeLoopConfig:
     """Settings of one speculative decoding run (already validated)."""
 
-    block_size: int
+    num_draft_tokens: int
     beta: int
     tau: float
     max_length: int
@@ -85,6 +88,59 @@ class LoopResult:
     logits: tuple[torch.FloatTensor, ...] | None
 
 
+@dataclass
+class Rows:
+    """The batch as the loop tracks it: every row's committed tokens, and which rows are still decoding.
+
+    Args:
+        sequences (`torch.LongTensor` of shape `(batch_size, max_length + k + 1)`): Committed tokens, pad after.
+        lengths (`list[int]`): Committed length of every row of the batch.
+        active (`list[int]`): The batch index of each row still decoding, in order.
+        active_index (`torch.LongTensor` of shape `(len(active),)`): `active` as a tensor.
+        recorded (`list[list]`, *optional*): Per row, the `(scores, logits)` of each iteration's new tokens (only
+            when `output_scores` / `output_logits` asked for them).
+    """
+
+    sequences: torch.LongTensor
+    lengths: list[int]
+    active: list[int]
+    active_index: torch.LongTensor
+    recorded: list[list[tuple[torch.FloatTensor, torch.FloatTensor]]] | None
+
+
+class ActiveBatch(NamedTuple):
+    """The active rows as an iteration starts.
+
+    Args:
+        committed (`torch.LongTensor` of shape `(rows, length)`): Their committed tokens, pad after.
+        lengths (`torch.LongTensor` of shape `(rows,)`): Their committed lengths.
+        shortest (`int`), longest (`int`): The smallest and largest of `lengths`.
+    """
+
+    committed: torch.LongTensor
+    lengths: torch.LongTensor
+    shortest: int
+    longest: int
+
+
+@dataclass
+class RowContext:
+    """What the loop keeps per active row besides its tokens; all of it follows the active rows when some finish.
+
+    Args:
+        encoder_outputs (`BaseModelOutput`): The verifier's encoder output.
+        encoder_attention_mask (`torch.LongTensor` of shape `(rows, source_length)`, *optional*): The source mask.
+        drafter_state: The drafter's opaque state.
+        verifier_states (`torch.FloatTensor` of shape `(rows, max_positions, feature_width)`, *optional*): The
+            verifier's decoder states at every position fed so far (for drafters with `verifier_state_layers`).
+    """
+
+    encoder_outputs: BaseModelOutput
+    encoder_attention_mask: torch.LongTensor | None
+    drafter_state: object
+    verifier_states: torch.FloatTensor | None = None
+
+
 def run_speculative_loop(
     verifier,
     drafter: Drafter,
@@ -102,7 +158,7 @@ def run_speculative_loop(
 
     Args:
         verifier (`PreTrainedModel`): The encoder-decoder model being accelerated.
-        drafter (`Drafter`): Implements the drafting interface of `specdec_hf.drafting`.
+        drafter (`Drafter`): Implements the drafting contract of `specdec_hf.drafting`.
         drafter_state: What `drafter.init_drafting_state` returned for this batch.
         input_ids (`torch.LongTensor` of shape `(batch_size, prompt_length)`): The decoder prompt (start tokens).
         encoder_outputs (`BaseModelOutput`): The verifier's encoder output for the batch.
@@ -114,171 +170,141 @@ def run_speculative_loop(
         streamer (`BaseStreamer`, *optional*): Receives the prompt, then the tokens of every iteration as they are
             accepted (batch size 1).
     """
-    batch_size, prompt_length = input_ids.shape
-    device = input_ids.device
-    pad = config.pad_token_id
-    sequences = input_ids.new_full((batch_size, config.max_length + config.block_size + 1), pad)
-    sequences[:, :prompt_length] = input_ids
-    lengths = [prompt_length] * batch_size
-    active = list(range(batch_size))  # original row index of each row still in the work
-    active_index = torch.arange(batch_size, device=device)
-    cache_length = 0
-    stats = SpeculativeDecodingStats.for_batch(batch_size, config.block_size)
-    record = config.output_scores or config.output_logits
-    recorded = [[] for _ in range(batch_size)] if record else None
-    simple_stopping = all(isinstance(c, (MaxLengthCriteria, EosTokenCriteria)) for c in stopping_criteria)
+    rows = _start(input_ids, config)
+    context = RowContext(encoder_outputs, encoder_attention_mask, drafter_state)
+    stats = SpeculativeDecodingStats.for_batch(input_ids.shape[0], config.num_draft_tokens)
+    # only EOS and length criteria (generate()'s defaults): the stop stage applies them vectorised
+    simple = all(isinstance(c, (MaxLengthCriteria, EosTokenCriteria)) for c in stopping_criteria)
     position_limit = getattr(verifier.config, "max_position_embeddings", None)
-    # EAGLE-style drafters read the verifier's decoder states: position p holds the state after reading token p;
-    # the buffer's rows are the active rows, in order (compacted when rows finish, like the cache)
     state_layers = getattr(drafter, "verifier_state_layers", None)
-    prefix_states = None
+    cache_length = 0
     if streamer is not None:
         streamer.put(input_ids.cpu())
 
-    while active:
-        row_lengths = [lengths[r] for r in active]
-        longest, shortest = max(row_lengths), min(row_lengths)
-        # k is capped by the largest remaining length budget (the shortest row's) and the verifier's positions.
-        k = min(config.block_size, config.max_length - shortest - 1)
-        if position_limit is not None:
-            k = min(k, position_limit - longest)
-        k = max(k, 0)
-        if state_layers and prefix_states is None and longest > 1:
-            # a decoder prompt of several tokens has no verifier states yet: verify it alone first (no drafts)
-            k = 0
-        committed = sequences.index_select(0, active_index)
-        lengths_t = torch.tensor(row_lengths, device=device)
-
+    while rows.active:
+        batch = _active_batch(rows)
+        k = _iteration_k(config, batch, position_limit, state_layers, context.verifier_states)
         # 1. Draft
-        proposal_q = None
-        verify_counts = None
-        if k > 0:
-            states_kwargs = {}
-            if state_layers:
-                states_kwargs["prefix_states"] = None if prefix_states is None else prefix_states[:, :longest]
-            proposal = drafter.propose(drafter_state, committed[:, :longest], lengths_t, k, **states_kwargs)
-            _check_proposal(proposal, len(active), k)
-            drafter_state = proposal.state
-            drafts = proposal.draft_ids[:, :k].to(device)
-            stats.drafter_calls += 1
-            stats.proposed_tokens += k * len(active)
-            if config.do_sample:
-                drafts, proposal_q = _sample_proposal(proposal, drafts, committed, logits_processor, config.vocab_size)
-            # the confidence is the drafter's own (its draft_confidence, or derived from its logits at its own
-            # draft_ids), whatever the loop sampled: cutting on it keeps greedy output and the sampling distribution
-            # exactly as they are
-            confidence = None if config.confidence_threshold is None else proposal.confidence()
-            if confidence is not None:
-                verify_counts = confident_draft_counts(confidence[:, :k].to(device), config.confidence_threshold)
-                # verify only as far as the most confident row needs; the others stop at their own count
-                k = int(verify_counts.max())
-                drafts = drafts[:, :k]
-                if proposal_q is not None:
-                    proposal_q = proposal_q[:, :k]
-        else:
-            drafts = committed.new_empty((len(active), 0))
-
-        # 2. Verify: one forward over every row's uncached committed tokens followed by its drafts
-        decoder_input, logit_positions = _build_verifier_input(committed, lengths_t, cache_length, drafts, pad)
-        outputs = verifier(
-            decoder_input_ids=decoder_input,
-            encoder_outputs=encoder_outputs,
-            attention_mask=encoder_attention_mask,
-            cache=cache,
-            use_cache=True,
-            output_hidden_states=bool(state_layers),
-            return_dict=True,
-        )
-        stats.verifier_calls += 1
-        if state_layers:
-            prefix_states = _record_verifier_states(
-                prefix_states, outputs.decoder_hidden_states, state_layers, cache_length, sequences.shape[1]
-            )
-        if logit_positions is None:
-            logits = outputs.logits[:, -(k + 1) :].float()
-        else:
-            index = logit_positions.unsqueeze(-1).expand(-1, -1, outputs.logits.shape[-1])
-            logits = outputs.logits.gather(1, index).float()
-        del outputs
-        # drafts a row may still accept so that its bonus token stays within max_length
-        budgets = (config.max_length - 1 - lengths_t).clamp(max=k)
-        if verify_counts is not None:
-            budgets = torch.minimum(budgets, verify_counts)
-
-        # 3. Select the accepted tokens (position by position only where a processor can change the scores)
-        acting = processors_acting_on(logits_processor, shortest, longest + k)
-        if len(acting) == 0 and not config.do_sample:
-            scores = logits
-            new_tokens, num_accepted = _accept_without_processors(scores, drafts, budgets, config)
-        else:
-            rule = _SamplingRule(proposal_q) if config.do_sample else _GreedyRule(config.beta, config.tau)
-            scores, new_tokens, num_accepted = _judge_per_position(
-                logits, drafts, budgets, committed, lengths_t, acting, rule
-            )
-        num_new = num_accepted + 1
-
-        # 4. Apply stopping criteria at every appended position
-        if simple_stopping:
-            num_new, finished = _stop_at_eos(new_tokens, num_new, lengths_t, config)
-        else:
-            num_new, finished = _stop_by_criteria(
-                new_tokens, num_new, committed, lengths_t, scores, stopping_criteria, pad
-            )
-            finished |= lengths_t + num_new >= config.max_length
-
-        # 5. Commit the tokens, update the statistics, drop finished rows, crop the cache
-        offsets = torch.arange(k + 1, device=device)
-        keep_token = offsets.unsqueeze(0) < num_new.unsqueeze(1)
-        sequences[active_index.unsqueeze(1), lengths_t.unsqueeze(1) + offsets] = torch.where(
-            keep_token, new_tokens, pad
-        )
-        if streamer is not None:
-            streamer.put(new_tokens[0, : int(num_new[0])].cpu())
-        num_new_list = num_new.tolist()
+        drafts, proposal_q, verify_counts = draft(drafter, context, batch, k, logits_processor, config, stats)
+        # 2. Verify
+        logits, fed_length = verify(verifier, context, cache, cache_length, batch, drafts, state_layers, config)
+        # 3. Accept, each row within its budget: the drafts it verified and its length limit
+        budgets = _budgets(batch.lengths, drafts.shape[1], verify_counts, config)
+        acting = processors_acting_on(logits_processor, batch.shortest, batch.longest + drafts.shape[1])
+        scores, new_tokens, num_accepted = accept(logits, drafts, budgets, batch, acting, proposal_q, config)
+        # 4. Stop
+        num_new, finished = stop(new_tokens, num_accepted + 1, batch, scores, stopping_criteria, simple, config)
+        # 5. Commit: write and count the new tokens, release finished rows, crop the verifier's cache
+        num_new_list = commit(rows, batch.lengths, new_tokens, num_new, config.pad_token_id, streamer)
         accepted_list = torch.minimum(num_accepted, num_new).tolist()
-        drafted_list = budgets.tolist()
-        finished_list = finished.tolist()
-        for local, row in enumerate(active):
-            lengths[row] += num_new_list[local]
-            stats.iterations[row] += 1
-            stats.generated_tokens[row] += num_new_list[local]
-            stats.drafted_tokens[row] += drafted_list[local]
-            stats.accepted_tokens[row] += accepted_list[local]
-            for position in range(drafted_list[local]):
-                stats.drafted_at_position[position] += 1
-            for position in range(accepted_list[local]):
-                stats.accepted_at_position[position] += 1
-            if record:
-                recorded[row].append((scores[local, : num_new_list[local]], logits[local, : num_new_list[local]]))
-
-        fed_length = cache_length + decoder_input.shape[1]
-        if any(finished_list):
-            keep = [local for local, done in enumerate(finished_list) if not done]
-            active = [active[local] for local in keep]
-            if not active:
-                break
-            keep_t = torch.tensor(keep, device=device)
-            active_index = active_index.index_select(0, keep_t)
-            cache.batch_select_indices(keep_t)
-            encoder_outputs = BaseModelOutput(
-                last_hidden_state=encoder_outputs.last_hidden_state.index_select(0, keep_t)
-            )
-            if encoder_attention_mask is not None:
-                encoder_attention_mask = encoder_attention_mask.index_select(0, keep_t)
-            drafter_state = drafter.select_rows(drafter_state, keep_t)
-            if prefix_states is not None:
-                prefix_states = prefix_states.index_select(0, keep_t)
-        cache_length = min(lengths[r] for r in active) - 1
-        if fed_length > cache_length:  # Cache.crop(0) is not a no-op on every transformers version
-            cache.crop(cache_length - fed_length)
+        stats.count_iteration(rows.active, num_new_list, budgets.tolist(), accepted_list)
+        if rows.recorded is not None:
+            _record_scores(rows, num_new_list, scores, logits)
+        cache_length = release_finished_rows(rows, context, cache, drafter, finished, fed_length)
 
     if streamer is not None:
         streamer.end()
-    total_length = max(lengths)
-    scores_out, logits_out = (None, None)
-    if record:
-        scores_out, logits_out = _assemble_per_position(recorded, lengths, prompt_length, total_length, config)
-    return LoopResult(sequences[:, :total_length], stats, scores_out, logits_out)
+    return assemble(rows, input_ids.shape[1], stats, config)
+
+
+def _start(input_ids: torch.LongTensor, config: SpeculativeLoopConfig) -> Rows:
+    """Every row active, holding its decoder prompt."""
+    batch_size, prompt_length = input_ids.shape
+    sequences = input_ids.new_full((batch_size, config.max_length + config.num_draft_tokens + 1), config.pad_token_id)
+    sequences[:, :prompt_length] = input_ids
+    record = config.output_scores or config.output_logits
+    return Rows(
+        sequences=sequences,
+        lengths=[prompt_length] * batch_size,
+        active=list(range(batch_size)),
+        active_index=torch.arange(batch_size, device=input_ids.device),
+        recorded=[[] for _ in range(batch_size)] if record else None,
+    )
+
+
+def _active_batch(rows: Rows) -> ActiveBatch:
+    row_lengths = [rows.lengths[r] for r in rows.active]
+    committed = rows.sequences.index_select(0, rows.active_index)
+    lengths = torch.tensor(row_lengths, device=committed.device)
+    return ActiveBatch(committed, lengths, min(row_lengths), max(row_lengths))
+
+
+def _iteration_k(
+    config: SpeculativeLoopConfig,
+    batch: ActiveBatch,
+    position_limit: int | None,
+    state_layers: list[int] | None,
+    verifier_states: torch.FloatTensor | None,
+) -> int:
+    """This iteration's k: capped by the largest remaining length budget (the shortest row's) and the verifier's
+    positions; 0 when a drafter that reads verifier states has none yet for a decoder prompt of several tokens (the
+    prompt is then verified alone first)."""
+    k = min(config.num_draft_tokens, config.max_length - batch.shortest - 1)
+    if position_limit is not None:
+        k = min(k, position_limit - batch.longest)
+    if state_layers and verifier_states is None and batch.longest > 1:
+        return 0
+    return max(k, 0)
+
+
+def _budgets(
+    lengths: torch.LongTensor, k: int, verify_counts: torch.LongTensor | None, config: SpeculativeLoopConfig
+) -> torch.LongTensor:
+    """The most drafts each row may accept: those it verified, and only so many that its bonus token stays within
+    `max_length`."""
+    budgets = (config.max_length - 1 - lengths).clamp(max=k)
+    return budgets if verify_counts is None else torch.minimum(budgets, verify_counts)
+
+
+def draft(
+    drafter: Drafter,
+    context: RowContext,
+    batch: ActiveBatch,
+    k: int,
+    logits_processor: LogitsProcessorList,
+    config: SpeculativeLoopConfig,
+    stats: SpeculativeDecodingStats,
+) -> tuple[torch.LongTensor, torch.FloatTensor | None, torch.LongTensor | None]:
+    """Stage 1: the drafts of every active row (updates `context.drafter_state` and the drafter counters).
+
+    Args:
+        batch ([`ActiveBatch`]): The active rows.
+        k (`int`): Drafts to ask for; 0 skips the drafter.
+
+    Returns:
+        `drafts` `(rows, k')` with k' ≤ k (fewer when confidence truncation cuts every row shorter), `proposal_q`
+        `(rows, k', vocab_size)` when sampling (else `None`), and `verify_counts` `(rows,)`, the drafts each row
+        verifies under confidence truncation (else `None`).
+    """
+    committed, longest = batch.committed, batch.longest
+    if k == 0:
+        return committed.new_empty((committed.shape[0], 0)), None, None
+    verifier_states = context.verifier_states
+    if verifier_states is not None:
+        verifier_states = verifier_states[:, :longest]
+    proposal = drafter.propose(context.drafter_state, committed[:, :longest], batch.lengths, k, verifier_states)
+    _check_draft_ids(proposal.draft_ids, committed.shape[0], k)
+    context.drafter_state = proposal.state
+    drafts = proposal.draft_ids[:, :k].to(committed.device)
+    stats.drafter_calls += 1
+    stats.proposed_tokens += k * committed.shape[0]
+    proposal_q = None
+    if config.do_sample:
+        drafts, proposal_q = sample_proposal(
+            proposal.draft_logits, drafts, committed, logits_processor, config.vocab_size
+        )
+    if config.confidence_threshold is None:
+        return drafts, proposal_q, None
+    # the confidence is the drafter's own (its draft_confidence, or derived from its logits at its own draft_ids),
+    # whatever the loop sampled: cutting on it keeps greedy output and the sampling distribution exactly as they are
+    confidence = proposal.confidence()
+    if confidence is None:
+        return drafts, proposal_q, None
+    _check_confidence(confidence, committed.shape[0], k)
+    verify_counts = confident_draft_counts(confidence[:, :k].to(committed.device), config.confidence_threshold)
+    # verify only as far as the most confident row needs; the others stop at their own count
+    k = int(verify_counts.max())
+    return drafts[:, :k], None if proposal_q is None else proposal_q[:, :k], verify_counts
 
 
 def confident_draft_counts(confidence: torch.FloatTensor, threshold: float) -> torch.LongTensor:
@@ -297,55 +323,71 @@ def confident_draft_counts(confidence: torch.FloatTensor, threshold: float) -> t
     return count_accepted(confident).clamp(min=1)
 
 
-def _record_verifier_states(
-    prefix_states: torch.FloatTensor | None,
-    hidden_states: tuple[torch.FloatTensor, ...],
-    layers: list[int],
-    cache_length: int,
-    max_positions: int,
-) -> torch.FloatTensor:
-    """Write the verify forward's decoder states into the per-row buffer, at the positions they were computed for.
+def _check_draft_ids(draft_ids: torch.LongTensor, rows: int, k: int) -> None:
+    """A drafter must return at least k drafts per active row; fewer would misalign verification silently."""
+    shape = tuple(draft_ids.shape)
+    if len(shape) != 2 or shape[0] != rows or shape[1] < k:
+        raise ValueError(
+            f"The drafter returned draft_ids of shape {shape}; expected ({rows}, {k}) (rows, num_draft_tokens)."
+        )
 
-    Row r's fed positions start at the shared cache length; states of drafts that end up rejected are overwritten by
-    the next forward before the drafter reads them (it reads only positions below a row's committed length - 1,
-    the same invariant as the verifier cache).
+
+def _check_confidence(confidence: torch.FloatTensor, rows: int, k: int) -> None:
+    if confidence.dim() != 2 or confidence.shape[0] != rows or confidence.shape[1] < k:
+        raise ValueError(
+            f"The drafter returned draft_confidence of shape {tuple(confidence.shape)}; expected ({rows}, {k})."
+        )
+
+
+def verify(
+    verifier,
+    context: RowContext,
+    cache: EncoderDecoderCache,
+    cache_length: int,
+    batch: ActiveBatch,
+    drafts: torch.LongTensor,
+    state_layers: list[int] | None,
+    config: SpeculativeLoopConfig,
+) -> tuple[torch.FloatTensor, int]:
+    """Stage 2: one verifier forward over every row's uncached committed tokens followed by its drafts.
+
+    Writes the fed positions' decoder states into `context.verifier_states` when the drafter reads them.
+
+    Args:
+        cache_length (`int`): Positions in the verifier's cache, shared by all rows.
+        drafts (`torch.LongTensor` of shape `(rows, k)`): The drafts (k may be 0).
 
     Returns:
-        `torch.FloatTensor` of shape `(active_rows, max_positions, feature_width)`: the buffer of the active rows.
+        `logits` `(rows, k + 1, vocab_size)` in float32, the verifier's scores for the positions after each row's
+        last committed token and after each draft; and the cache length after the forward.
     """
-    first = hidden_states[layers[0]]  # (rows, width, hidden_size): every layer is written straight into its slice
-    rows, fed, hidden_size = first.shape
-    if prefix_states is None:
-        prefix_states = first.new_zeros(rows, max_positions, hidden_size * len(layers))
-    width = min(fed, max_positions - cache_length)
-    for slot, index in enumerate(layers):
-        features = slice(slot * hidden_size, (slot + 1) * hidden_size)
-        prefix_states[:, cache_length : cache_length + width, features] = hidden_states[index][:, :width]
-    return prefix_states
-
-
-def _check_proposal(proposal, rows: int, block_size: int) -> None:
-    """A drafter must return at least k drafts per active row; fewer would misalign verification silently."""
-    shape = tuple(proposal.draft_ids.shape)
-    if len(shape) != 2 or shape[0] != rows or shape[1] < block_size:
-        raise ValueError(
-            f"The drafter returned draft_ids of shape {shape}; expected ({rows}, {block_size}) (rows, block_size)."
+    committed = batch.committed
+    decoder_input, logit_positions = _verifier_input(
+        committed, batch.lengths, cache_length, drafts, config.pad_token_id
+    )
+    outputs = verifier(
+        decoder_input_ids=decoder_input,
+        encoder_outputs=context.encoder_outputs,
+        attention_mask=context.encoder_attention_mask,
+        cache=cache,
+        use_cache=True,
+        output_hidden_states=bool(state_layers),
+        return_dict=True,
+    )
+    if state_layers:
+        context.verifier_states = _record_verifier_states(
+            context.verifier_states, outputs.decoder_hidden_states, state_layers, cache_length, committed.shape[1]
         )
-    logits = proposal.draft_logits
-    if logits is not None and (logits.shape[0] != rows or logits.shape[1] < block_size):
-        raise ValueError(
-            f"The drafter returned draft_logits of shape {tuple(logits.shape)}; expected ({rows}, {block_size}, vocab)."
-        )
-    confidence = proposal.draft_confidence
-    if confidence is not None and (
-        confidence.dim() != 2 or confidence.shape[0] != rows or confidence.shape[1] < block_size
-    ):
-        raise ValueError(
-            f"The drafter returned draft_confidence of shape {tuple(confidence.shape)}; expected ({rows}, {block_size})."
-        )
+    k = drafts.shape[1]
+    if logit_positions is None:
+        logits = outputs.logits[:, -(k + 1) :].float()
+    else:
+        index = logit_positions.unsqueeze(-1).expand(-1, -1, outputs.logits.shape[-1])
+        logits = outputs.logits.gather(1, index).float()
+    return logits, cache_length + decoder_input.shape[1]
 
 
-def _build_verifier_input(
+def _verifier_input(
     committed: torch.LongTensor,
     lengths: torch.LongTensor,
     cache_length: int,
@@ -377,142 +419,93 @@ def _build_verifier_input(
     return decoder_input, logit_positions
 
 
-def _accept_without_processors(
-    scores: torch.FloatTensor, drafts: torch.LongTensor, budgets: torch.LongTensor, config: SpeculativeLoopConfig
-) -> tuple[torch.LongTensor, torch.LongTensor]:
-    """Vectorised acceptance when the scores need no processing: all k+1 positions at once."""
-    top1 = scores.argmax(dim=-1)  # (rows, k + 1)
-    k = drafts.shape[1]
-    if config.beta == 1:
-        accepted = drafts == top1[:, :k]
-    else:
-        accepted = accept_drafts(scores[:, :k], drafts, config.beta, config.tau)
-    return commit_accepted_prefix(drafts, accepted, top1, budgets)
+def _record_verifier_states(
+    verifier_states: torch.FloatTensor | None,
+    hidden_states: tuple[torch.FloatTensor, ...],
+    layers: list[int],
+    cache_length: int,
+    max_positions: int,
+) -> torch.FloatTensor:
+    """Write the verify forward's decoder states into the per-row buffer, at the positions they were computed for.
+
+    Row r's fed positions start at the shared cache length; states of drafts that end up rejected are overwritten by
+    the next forward before the drafter reads them (it reads only positions below a row's committed length - 1,
+    the same invariant as the verifier cache).
+
+    Returns:
+        `torch.FloatTensor` of shape `(active_rows, max_positions, feature_width)`: the buffer of the active rows.
+    """
+    first = hidden_states[layers[0]]  # (rows, width, hidden_size): every layer is written straight into its slice
+    rows, fed, hidden_size = first.shape
+    if verifier_states is None:
+        verifier_states = first.new_zeros(rows, max_positions, hidden_size * len(layers))
+    width = min(fed, max_positions - cache_length)
+    for slot, index in enumerate(layers):
+        features = slice(slot * hidden_size, (slot + 1) * hidden_size)
+        verifier_states[:, cache_length : cache_length + width, features] = hidden_states[index][:, :width]
+    return verifier_states
 
 
-def _sample_proposal(proposal, drafts, committed, logits_processor, vocab_size):
-    """Sampling mode: warp the drafter's logits like the verifier's, and draw the drafts from that proposal q."""
-    if proposal.draft_logits is None:
-        return drafts, draft_distribution(None, drafts, vocab_size)
-    # a reduced head's logits cover some ids only; the warpers (temperature, top-k/p, ...) act on them the same way
-    rows, k = drafts.shape
-    logits = proposal.draft_logits[:, :k].to(committed.device).float().reshape(rows * k, -1)
-    warpers = [processor for processor in logits_processor if isinstance(processor, _WARPERS)]
-    if warpers:
-        # warpers act row by row on the scores; the prefix ids only have to be a valid tensor of the right batch
-        prefixes = committed.repeat_interleave(k, dim=0)
-        for warper in warpers:
-            logits = warper(prefixes, logits)
-    q = draft_distribution(logits.reshape(rows, k, -1), drafts, vocab_size, proposal.draft_vocab_ids)
-    return sample_drafts(q), q
-
-
-def _drafts_after_committed(committed: torch.LongTensor, lengths: torch.LongTensor, drafts: torch.LongTensor):
-    """Committed tokens followed by the drafts: verified position i of row r has the prefix `[r, :len_r + i]`."""
-    prefixes = committed.clone()
-    if drafts.shape[1] > 0:
-        prefixes.scatter_(1, lengths.unsqueeze(1) + torch.arange(drafts.shape[1], device=drafts.device), drafts)
-    return prefixes
-
-
-def _judge_per_position(
+def accept(
     logits: torch.FloatTensor,
     drafts: torch.LongTensor,
     budgets: torch.LongTensor,
-    committed: torch.LongTensor,
-    lengths: torch.LongTensor,
-    logits_processor: LogitsProcessorList,
-    rule: _GreedyRule | _SamplingRule,
+    batch: ActiveBatch,
+    acting: LogitsProcessorList,
+    proposal_q: torch.FloatTensor | None,
+    config: SpeculativeLoopConfig,
 ) -> tuple[torch.FloatTensor, torch.LongTensor, torch.LongTensor]:
-    """Judge the drafts position by position, each position's scores processed with its exact prefix.
+    """Stage 3: the accepted drafts of every row and the token the verifier emits where the row stops.
 
-    `rule` is one acceptance mode (`_GreedyRule` or `_SamplingRule`): `rule.prepare(processed)` is what it reads of
-    a position's scores (computed once per position), `rule.judge(prepared, draft, rows, position)` says which
-    running rows accept their draft and what each emits where it stops, and `rule.fresh(prepared)` is the token plain
-    decoding would emit (after the last draft, or where a row's length budget ends).
+    Greedy decoding judges all positions at once when no processor acts on them (`acting` empty); otherwise, and
+    when sampling, positions are judged one by one with their processed scores (`specdec_hf.acceptance`).
 
-    Returns the processed scores `(rows, k + 1, vocab)` (zeros where a row had already stopped), the tokens to
-    append `(rows, k + 1)` and the number of accepted drafts per row.
+    Args:
+        logits (`torch.FloatTensor` of shape `(rows, k + 1, vocab_size)`): The verifier's raw scores.
+        budgets (`torch.LongTensor` of shape `(rows,)`): The most drafts each row may accept.
+        acting (`LogitsProcessorList`): The processors that may change these positions' scores.
+        proposal_q (`torch.FloatTensor` of shape `(rows, k, vocab_size)`, *optional*): The drafts' q when sampling.
+
+    Returns:
+        `scores` `(rows, k + 1, vocab_size)` (the processed scores), `new_tokens` `(rows, k + 1)` whose first
+        `num_accepted + 1` are appended, and `num_accepted` `(rows,)`.
     """
-    rows, k = drafts.shape
-    prefixes = _drafts_after_committed(committed, lengths, drafts)
-    scores = torch.zeros_like(logits)
-    new_tokens = torch.empty((rows, k + 1), dtype=torch.long, device=drafts.device)
-    num_accepted = torch.zeros(rows, dtype=torch.long, device=drafts.device)
-    running = torch.arange(rows, device=drafts.device)
-    for position in range(k + 1):
-        processed = _process_by_length(
-            logits_processor, prefixes, lengths + position, running, logits[running, position]
-        )
-        scores[running, position] = processed
-        prepared = rule.prepare(processed)
-        if position == k:
-            new_tokens[running, position] = rule.fresh(prepared)
-            break
-        draft = drafts[running, position]
-        accepted, stop_token = rule.judge(prepared, draft, running, position)
-        in_budget = budgets[running] > position
-        if not bool(in_budget.all()):
-            # the length budget, not the rule, ends these rows: emit what plain decoding would emit here
-            stop_token = torch.where(in_budget, stop_token, rule.fresh(prepared))
-            accepted &= in_budget
-        new_tokens[running, position] = torch.where(accepted, draft, stop_token)
-        num_accepted[running[accepted]] += 1
-        running = running[accepted]
-        if running.numel() == 0:
-            break
-    return scores, new_tokens, num_accepted
+    if len(acting) == 0 and not config.do_sample:
+        new_tokens, num_accepted = accept_all_positions(logits, drafts, budgets, config.beta, config.tau)
+        return logits, new_tokens, num_accepted
+    rule = SamplingRule(proposal_q) if config.do_sample else GreedyRule(config.beta, config.tau)
+    return judge_per_position(logits, drafts, budgets, batch.committed, batch.lengths, acting, rule)
 
 
-@dataclass
-class _GreedyRule:
-    """Greedy mode: the top-β/τ rule (`accept_drafts`); the verifier's top-1 where a row stops."""
+def stop(
+    new_tokens: torch.LongTensor,
+    num_new: torch.LongTensor,
+    batch: ActiveBatch,
+    scores: torch.FloatTensor,
+    stopping_criteria: StoppingCriteriaList,
+    simple_stopping: bool,
+    config: SpeculativeLoopConfig,
+) -> tuple[torch.LongTensor, torch.BoolTensor]:
+    """Stage 4: cut each row after the appended token that finishes it.
 
-    beta: int
-    tau: float
+    With only EOS and max-length criteria (what `generate()` sets up by default; `simple_stopping`) both are applied
+    vectorised; otherwise the criteria are evaluated after each appended token on that row's exact sequence, and
+    `max_length` ends a row as well.
 
-    def prepare(self, processed):
-        return processed  # the rule reads the processed scores themselves
+    Args:
+        new_tokens (`torch.LongTensor` of shape `(rows, k + 1)`), num_new (`torch.LongTensor` of shape `(rows,)`):
+            The tokens the row would append and how many.
+        scores (`torch.FloatTensor` of shape `(rows, k + 1, vocab_size)`): The processed scores, which criteria read.
 
-    def judge(self, scores, draft, rows, position):
-        top1 = scores.argmax(dim=-1)  # once: the β=1 rule and the stop token both read it
-        accepted = draft == top1 if self.beta == 1 else accept_drafts(scores, draft, self.beta, self.tau)
-        return accepted, top1
-
-    def fresh(self, scores):
-        return scores.argmax(dim=-1)
-
-
-@dataclass
-class _SamplingRule:
-    """Sampling mode: speculative sampling of each draft against the processed p; a residual sample at a rejection."""
-
-    proposal_q: torch.FloatTensor  # (rows, k, vocab)
-
-    def prepare(self, processed):
-        return torch.softmax(processed, dim=-1)  # p, once per position
-
-    def judge(self, p, draft, rows, position):
-        return speculative_sampling_step(p, self.proposal_q[rows, position], draft)
-
-    def fresh(self, p):
-        return torch.multinomial(p, 1).squeeze(1)
-
-
-def _process_by_length(
-    logits_processor: LogitsProcessorList,
-    prefixes: torch.LongTensor,
-    prefix_lengths: torch.LongTensor,
-    rows: torch.LongTensor,
-    raw_scores: torch.FloatTensor,
-) -> torch.FloatTensor:
-    """Run the processors on each group of rows whose prefixes have equal length (processors read the length)."""
-    row_lengths = prefix_lengths[rows]
-    processed = torch.empty_like(raw_scores)
-    for length in row_lengths.unique().tolist():
-        group = (row_lengths == length).nonzero().squeeze(1)
-        processed[group] = logits_processor(prefixes[rows[group], :length], raw_scores[group].clone())
-    return processed
+    Returns:
+        `num_new` `(rows,)`, cut at a stop, and `finished` `(rows,)`.
+    """
+    if simple_stopping:
+        return _stop_at_eos(new_tokens, num_new, batch.lengths, config)
+    num_new, finished = _stop_by_criteria(
+        new_tokens, num_new, batch.committed, batch.lengths, scores, stopping_criteria, config.pad_token_id
+    )
+    return num_new, finished | (batch.lengths + num_new >= config.max_length)
 
 
 def _stop_at_eos(
@@ -562,24 +555,119 @@ def _stop_by_criteria(
     return num_new, finished
 
 
-def _assemble_per_position(
+def commit(
+    rows: Rows,
+    lengths: torch.LongTensor,
+    new_tokens: torch.LongTensor,
+    num_new: torch.LongTensor,
+    pad_token_id: int,
+    streamer=None,
+) -> list[int]:
+    """Stage 5: append each active row's first `num_new` new tokens to its committed tokens.
+
+    Args:
+        lengths (`torch.LongTensor` of shape `(rows,)`): Committed lengths before this iteration.
+        new_tokens (`torch.LongTensor` of shape `(rows, k + 1)`), num_new (`torch.LongTensor` of shape `(rows,)`):
+            The tokens and how many of them each row appends.
+
+    Returns:
+        `num_new` as a list.
+    """
+    offsets = torch.arange(new_tokens.shape[1], device=new_tokens.device)
+    keep_token = offsets.unsqueeze(0) < num_new.unsqueeze(1)
+    rows.sequences[rows.active_index.unsqueeze(1), lengths.unsqueeze(1) + offsets] = torch.where(
+        keep_token, new_tokens, pad_token_id
+    )
+    if streamer is not None:
+        streamer.put(new_tokens[0, : int(num_new[0])].cpu())
+    num_new_list = num_new.tolist()
+    for local, row in enumerate(rows.active):
+        rows.lengths[row] += num_new_list[local]
+    return num_new_list
+
+
+def _record_scores(rows: Rows, num_new: list[int], scores: torch.FloatTensor, logits: torch.FloatTensor) -> None:
+    """Keep the processed scores and raw logits of each row's new tokens, for `output_scores` / `output_logits`."""
+    for local, row in enumerate(rows.active):
+        rows.recorded[row].append((scores[local, : num_new[local]], logits[local, : num_new[local]]))
+
+
+def release_finished_rows(
+    rows: Rows,
+    context: RowContext,
+    cache: EncoderDecoderCache,
+    drafter: Drafter,
+    finished: torch.BoolTensor,
+    fed_length: int,
+) -> int:
+    """Stage 5 (end): drop finished rows from everything the loop holds per row, and crop the verifier's cache to
+    what every remaining row has committed.
+
+    Args:
+        finished (`torch.BoolTensor` of shape `(rows,)`): Rows that stop after this iteration.
+        fed_length (`int`): The verifier cache's length after this iteration's forward.
+
+    Returns:
+        The verifier cache's new length: the shortest active row's committed length minus one (0 when no row is
+        left).
+    """
+    finished_list = finished.tolist()
+    if any(finished_list):
+        keep = [local for local, done in enumerate(finished_list) if not done]
+        rows.active = [rows.active[local] for local in keep]
+        if not rows.active:
+            return 0
+        keep_index = torch.tensor(keep, device=finished.device)
+        rows.active_index = rows.active_index.index_select(0, keep_index)
+        cache.batch_select_indices(keep_index)
+        _select_rows(context, drafter, keep_index)
+    cache_length = min(rows.lengths[r] for r in rows.active) - 1
+    if fed_length > cache_length:  # Cache.crop(0) is not a no-op on every transformers version
+        cache.crop(cache_length - fed_length)
+    return cache_length
+
+
+def _select_rows(context: RowContext, drafter: Drafter, keep: torch.LongTensor) -> None:
+    """Keep only the rows `keep` (indices into the active rows) of everything the loop holds per row."""
+    context.encoder_outputs = BaseModelOutput(
+        last_hidden_state=context.encoder_outputs.last_hidden_state.index_select(0, keep)
+    )
+    if context.encoder_attention_mask is not None:
+        context.encoder_attention_mask = context.encoder_attention_mask.index_select(0, keep)
+    context.drafter_state = drafter.select_rows(context.drafter_state, keep)
+    if context.verifier_states is not None:
+        context.verifier_states = context.verifier_states.index_select(0, keep)
+
+
+def assemble(rows: Rows, prompt_length: int, stats: SpeculativeDecodingStats, config: SpeculativeLoopConfig):
+    """The loop's output: the sequences cut to the longest row, and `generate()`'s per-position scores / logits
+    (one `(batch_size, vocab_size)` tensor per generated position) when they were asked for.
+
+    Returns:
+        [`LoopResult`]
+    """
+    total_length = max(rows.lengths)
+    scores_out = logits_out = None
+    if rows.recorded is not None:
+        scores, logits = _per_position(rows.recorded, rows.lengths, prompt_length, total_length)
+        scores_out = tuple(scores.unbind(1)) if config.output_scores else None
+        logits_out = tuple(logits.unbind(1)) if config.output_logits else None
+    return LoopResult(rows.sequences[:, :total_length], stats, scores_out, logits_out)
+
+
+def _per_position(
     recorded: list[list[tuple[torch.FloatTensor, torch.FloatTensor]]],
     lengths: list[int],
     prompt_length: int,
     total_length: int,
-    config: SpeculativeLoopConfig,
-) -> tuple[tuple[torch.FloatTensor, ...] | None, tuple[torch.FloatTensor, ...] | None]:
-    """Turn per-row chunks into `generate()`'s layout: one `(batch_size, vocab)` tensor per generated position."""
-    steps = total_length - prompt_length
-    vocab = recorded[0][0][0].shape[-1]
-    batch_size = len(recorded)
-    device = recorded[0][0][0].device
-    scores = torch.zeros((batch_size, steps, vocab), device=device)
-    logits = torch.zeros((batch_size, steps, vocab), device=device)
+) -> tuple[torch.FloatTensor, torch.FloatTensor]:
+    """Per-row chunks of scores and logits -> `(batch_size, generated, vocab_size)` each, zeros after a row ends."""
+    first = recorded[0][0][0]
+    shape = (len(recorded), total_length - prompt_length, first.shape[-1])
+    scores = torch.zeros(shape, device=first.device)
+    logits = torch.zeros(shape, device=first.device)
     for row, chunks in enumerate(recorded):
         generated = lengths[row] - prompt_length
         scores[row, :generated] = torch.cat([chunk[0] for chunk in chunks])
         logits[row, :generated] = torch.cat([chunk[1] for chunk in chunks])
-    scores_out = tuple(scores.unbind(1)) if config.output_scores else None
-    logits_out = tuple(logits.unbind(1)) if config.output_logits else None
-    return scores_out, logits_out
+    return scores, logits

@@ -12,7 +12,7 @@ class SpeculativeDecodingStats:
     """Counters filled by the speculative decoding loop, per row of the batch and in total.
 
     Args:
-        block_size (`int`): The requested number of drafted tokens per iteration (k).
+        num_draft_tokens (`int`): The requested number of drafted tokens per iteration (k).
         verifier_calls (`int`): Batched verifier decoder forward passes.
         drafter_calls (`int`): Batched drafter calls.
         proposed_tokens (`int`): Drafts the drafter proposed, over all rows and calls (k per active row and call);
@@ -22,12 +22,12 @@ class SpeculativeDecodingStats:
             the row finished).
         drafted_tokens (`list[int]`): Per row, drafted tokens that were verified (could be accepted).
         accepted_tokens (`list[int]`): Per row, drafted tokens that were accepted.
-        accepted_at_position (`list[int]`): For each block position i (0-based), how many times the draft at i was
+        accepted_at_position (`list[int]`): For each draft position i (0-based), how many times the draft at i was
             accepted, summed over rows and iterations.
-        drafted_at_position (`list[int]`): For each block position i, how many drafts at i were verified.
+        drafted_at_position (`list[int]`): For each draft position i, how many drafts at i were verified.
     """
 
-    block_size: int
+    num_draft_tokens: int
     verifier_calls: int = 0
     drafter_calls: int = 0
     proposed_tokens: int = 0
@@ -39,17 +39,31 @@ class SpeculativeDecodingStats:
     drafted_at_position: list[int] = field(default_factory=list)
 
     @classmethod
-    def for_batch(cls, batch_size: int, block_size: int) -> SpeculativeDecodingStats:
-        """Zeroed counters for `batch_size` rows and blocks of `block_size` drafts."""
+    def for_batch(cls, batch_size: int, num_draft_tokens: int) -> SpeculativeDecodingStats:
+        """Zeroed counters for `batch_size` rows and `num_draft_tokens` drafts per iteration."""
         return cls(
-            block_size=block_size,
+            num_draft_tokens=num_draft_tokens,
             iterations=[0] * batch_size,
             generated_tokens=[0] * batch_size,
             drafted_tokens=[0] * batch_size,
             accepted_tokens=[0] * batch_size,
-            accepted_at_position=[0] * block_size,
-            drafted_at_position=[0] * block_size,
+            accepted_at_position=[0] * num_draft_tokens,
+            drafted_at_position=[0] * num_draft_tokens,
         )
+
+    def count_iteration(self, rows: list[int], generated: list[int], drafted: list[int], accepted: list[int]) -> None:
+        """Add one verifier pass of the rows `rows` (batch indices): per row, the tokens it emitted, the drafts it
+        verified and the drafts it accepted."""
+        self.verifier_calls += 1
+        for local, row in enumerate(rows):
+            self.iterations[row] += 1
+            self.generated_tokens[row] += generated[local]
+            self.drafted_tokens[row] += drafted[local]
+            self.accepted_tokens[row] += accepted[local]
+            for position in range(drafted[local]):
+                self.drafted_at_position[position] += 1
+            for position in range(accepted[local]):
+                self.accepted_at_position[position] += 1
 
     @property
     def tokens_per_iteration(self) -> float:

@@ -1,8 +1,8 @@
 """Spec-Drafter model configuration.
 
 The Spec-Drafter is the non-autoregressive drafter of Speculative Decoding (Xia et al., 2023, arXiv 2203.16487): an
-encoder-decoder that reads the source and the accepted prefix followed by `block_size` mask tokens, and predicts the
-next `block_size` tokens in parallel.
+encoder-decoder that reads the source and the accepted prefix followed by k mask tokens, and predicts the next k tokens
+in parallel (k: `num_draft_tokens`, at most `max_draft_tokens`).
 """
 
 from typing import Any
@@ -11,19 +11,42 @@ from transformers import PretrainedConfig
 
 PREFIX_ATTENTION_TYPES = ("bidirectional", "causal")
 POSITION_EMBEDDING_TYPES = ("learned", "sinusoidal")
+# Field names of drafters saved before the names were unified: old name -> current name. Read on loading.
+LEGACY_FIELD_NAMES = {
+    "block_size": "max_draft_tokens",
+    "default_block_size": "num_draft_tokens",
+    "prefix_feature_layers": "verifier_state_layers",
+}
+
+
+def rename_legacy_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    """Return `fields` with the names of `LEGACY_FIELD_NAMES` replaced by the current ones.
+
+    Raises:
+        ValueError: when a field is given under both its old and its current name.
+    """
+    renamed = dict(fields)
+    for old, new in LEGACY_FIELD_NAMES.items():
+        if old in renamed:
+            if new in renamed:
+                raise ValueError(f"`{old}` is the old name of `{new}`: give only `{new}`.")
+            renamed[new] = renamed.pop(old)
+    return renamed
 
 
 class SpecDrafterConfig(PretrainedConfig):
     r"""
     This is the configuration class to store the configuration of a [`SpecDrafterModel`]. It defines the drafter's
     architecture; the defaults give a "deep-shallow" drafter (6 encoder layers, 2 decoder layers, width 512) that
-    drafts 10 tokens per call. [`SpecDrafterModel.from_verifier`] fills it in from a verifier instead.
+    drafts up to 10 tokens per call. [`SpecDrafterModel.from_verifier`] fills it in from a verifier instead. Configs
+    saved with the earlier field names (`block_size`, `default_block_size`, `prefix_feature_layers`) load with their
+    values under the current names (`LEGACY_FIELD_NAMES`).
 
     Args:
         vocab_size (`int`, *optional*, defaults to 32000):
             Vocabulary size; must equal the verifier's (the drafter shares the verifier's tokenizer).
         max_position_embeddings (`int`, *optional*, defaults to 1024):
-            Number of learned decoder positions (prefix plus `block_size` masks), and of the own encoder's positions.
+            Number of learned decoder positions (prefix plus k masks), and of the own encoder's positions.
         d_model (`int`, *optional*, defaults to 512):
             Width of the encoder and the decoder. When `encoder_config` is set it must equal the nested config's
             `d_model`.
@@ -52,13 +75,13 @@ class SpecDrafterConfig(PretrainedConfig):
             Epsilon of the drafter's own layer norms.
         scale_embedding (`bool`, *optional*, defaults to `False`):
             Whether token embeddings fed to the decoder (and to the own encoder) are scaled by `sqrt(d_model)`.
-        block_size (`int`, *optional*, defaults to 10):
-            Number of mask slots, each with its own learned query: the most tokens one call can draft (k), and the
-            k it is trained with.
-        default_block_size (`int`, *optional*):
-            The k `generate()` drafts when given no `block_size`, at most `block_size`. A drafter trained with many
-            slots often pays best drafting fewer (later drafts are rarely accepted, and each costs verification):
-            set it to the k measured fastest. `None` (default) means `block_size`.
+        max_draft_tokens (`int`, *optional*, defaults to 10):
+            Number of mask slots, each with its own learned query: the most tokens one call can draft (the largest
+            k), and the k it is trained with.
+        num_draft_tokens (`int`, *optional*):
+            The k `generate()` drafts when given no `num_draft_tokens`, at most `max_draft_tokens`. A drafter trained
+            with many slots often pays best drafting fewer (later drafts are rarely accepted, and each costs
+            verification): set it to the k measured fastest. `None` (default) means `max_draft_tokens`.
         prefix_attention (`str`, *optional*, defaults to `"bidirectional"`):
             How the decoder's prefix tokens attend to each other. `"bidirectional"` (the paper): prefix tokens and
             masks attend to each other both ways and the whole prefix is re-read at every call. `"causal"`: prefix
@@ -89,7 +112,7 @@ class SpecDrafterConfig(PretrainedConfig):
         tie_word_embeddings (`bool`, *optional*, defaults to `True`):
             Whether the LM head (and a transformers encoder's token embedding) are tied to the shared embedding.
             Must be `False` with `draft_vocab_size` (the head then has its own rows).
-        prefix_feature_layers (`list[int]`, *optional*):
+        verifier_state_layers (`list[int]`, *optional*):
             Verifier-conditioned drafting (EAGLE, Li et al. 2024, arXiv 2401.15077; EAGLE-3, arXiv 2503.01840): the
             indices into the verifier's decoder `hidden_states` (as returned with `output_hidden_states=True`; 0 is
             the embedding output, -1 the top layer) whose states the drafter reads. Prefix position i adds a
@@ -107,8 +130,10 @@ class SpecDrafterConfig(PretrainedConfig):
     ```python
     >>> from specdec_hf import SpecDrafterConfig, SpecDrafterModel
 
-    >>> # A deep-shallow drafter drafting 10 tokens per call, with a prefix cache
-    >>> configuration = SpecDrafterConfig(vocab_size=32000, block_size=10, prefix_attention="causal")
+    >>> # A deep-shallow drafter with 10 mask slots drafting 4 tokens per call by default, with a prefix cache
+    >>> configuration = SpecDrafterConfig(
+    ...     vocab_size=32000, max_draft_tokens=10, num_draft_tokens=4, prefix_attention="causal"
+    ... )
 
     >>> # Initializing a model (with random weights) from the configuration
     >>> model = SpecDrafterModel(configuration)
@@ -135,8 +160,8 @@ class SpecDrafterConfig(PretrainedConfig):
     attention_dropout: float | int = 0.0
     layer_norm_eps: float = 1e-5
     scale_embedding: bool = False
-    block_size: int = 10
-    default_block_size: int | None = None
+    max_draft_tokens: int = 10
+    num_draft_tokens: int | None = None
     prefix_attention: str = "bidirectional"
     use_verifier_encoder: bool = False
     verifier_d_model: int | None = None
@@ -149,17 +174,20 @@ class SpecDrafterConfig(PretrainedConfig):
     eos_token_id: int | list[int] | None = 2
     decoder_start_token_id: int | None = 2
     tie_word_embeddings: bool = True
-    prefix_feature_layers: list[int] | None = None
+    verifier_state_layers: list[int] | None = None
     draft_vocab_size: int | None = None
 
     def __post_init__(self, **kwargs):
-        if self.prefix_feature_layers is not None:
-            self.prefix_feature_layers = [int(index) for index in self.prefix_feature_layers]
-            if not self.prefix_feature_layers:
-                raise ValueError("`prefix_feature_layers` must name at least one layer, or be None (tokens only).")
+        for old, new in LEGACY_FIELD_NAMES.items():
+            if old in kwargs:  # a config saved under an earlier name
+                setattr(self, new, kwargs.pop(old))
+        if self.verifier_state_layers is not None:
+            self.verifier_state_layers = [int(index) for index in self.verifier_state_layers]
+            if not self.verifier_state_layers:
+                raise ValueError("`verifier_state_layers` must name at least one layer, or be None (tokens only).")
             if self.prefix_attention != "causal":
                 raise ValueError(
-                    "`prefix_feature_layers` needs `prefix_attention=\"causal\"`: a prefix position reads the "
+                    '`verifier_state_layers` needs `prefix_attention="causal"`: a prefix position reads the '
                     "verifier state of the position before it, which only a causal prefix keeps consistent."
                 )
         if self.draft_vocab_size is not None:
@@ -173,12 +201,12 @@ class SpecDrafterConfig(PretrainedConfig):
                     "`draft_vocab_size` needs `tie_word_embeddings=False`: a reduced head has its own rows "
                     "(`SpecDrafterModel.from_verifier(..., draft_vocab_ids=...)` sets both)."
                 )
-        if self.block_size < 1:
-            raise ValueError(f"`block_size` must be at least 1, got {self.block_size}.")
-        if self.default_block_size is not None and not 1 <= self.default_block_size <= self.block_size:
+        if self.max_draft_tokens < 1:
+            raise ValueError(f"`max_draft_tokens` must be at least 1, got {self.max_draft_tokens}.")
+        if self.num_draft_tokens is not None and not 1 <= self.num_draft_tokens <= self.max_draft_tokens:
             raise ValueError(
-                f"`default_block_size` must be between 1 and `block_size` ({self.block_size}), got "
-                f"{self.default_block_size}: it is the k drafted when generate() gets no `block_size`."
+                f"`num_draft_tokens` must be between 1 and `max_draft_tokens` ({self.max_draft_tokens}), got "
+                f"{self.num_draft_tokens}: it is the k drafted when generate() gets no `num_draft_tokens`."
             )
         if self.prefix_attention not in PREFIX_ATTENTION_TYPES:
             raise ValueError(
@@ -216,4 +244,4 @@ class SpecDrafterConfig(PretrainedConfig):
         super().__post_init__(**kwargs)
 
 
-__all__ = ["SpecDrafterConfig"]
+__all__ = ["LEGACY_FIELD_NAMES", "SpecDrafterConfig", "rename_legacy_fields"]

@@ -29,10 +29,16 @@ class DrafterTrainingArguments:
     drafter_name_or_path: str | None = field(
         default=None, metadata={"help": "Continue from this drafter instead of building one with from_verifier."}
     )
-    block_size: int = field(default=10, metadata={"help": "k: tokens drafted per iteration."})
+    max_draft_tokens: int = field(
+        default=10,
+        metadata={"help": "k trained: mask slots of a new drafter, the most tokens it drafts per iteration."},
+    )
     drafter_config: dict = field(
         default_factory=dict,
-        metadata={"help": "SpecDrafterConfig overrides for from_verifier (e.g. decoder_layers, prefix_attention)."},
+        metadata={
+            "help": "SpecDrafterConfig overrides for from_verifier (e.g. decoder_layers, prefix_attention, "
+            "verifier_state_layers, num_draft_tokens)."
+        },
     )
     eval_data: str | None = field(
         default=None, metadata={"help": "Distilled held-out data; default: hold out `eval_samples` training rows."}
@@ -108,7 +114,7 @@ class DrafterTrainingArguments:
     hub_model_id: str | None = field(default=None, metadata={"help": "Hub repository id for --push_to_hub."})
 
     def __post_init__(self):
-        positive = ("block_size", "per_device_train_batch_size", "gradient_accumulation_steps", "max_steps")
+        positive = ("max_draft_tokens", "per_device_train_batch_size", "gradient_accumulation_steps", "max_steps")
         for name in positive + ("checkpointing_steps", "eval_steps", "logging_steps", "checkpoints_total_limit"):
             if getattr(self, name) < 1:
                 raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}.")

@@ -22,7 +22,7 @@ class BlockExamples:
     Args:
         decoder_input_ids (`torch.LongTensor` of shape `(batch_size, max_prefix_length)`): Right-padded prefixes.
         decoder_attention_mask (`torch.LongTensor` of shape `(batch_size, max_prefix_length)`): 1 on prefix tokens.
-        labels (`torch.LongTensor` of shape `(batch_size, block_size)`): Next k tokens; -100 past the sequence end.
+        labels (`torch.LongTensor` of shape `(batch_size, num_draft_tokens)`): Next k tokens; -100 past the sequence end.
     """
 
     decoder_input_ids: torch.LongTensor
@@ -33,7 +33,7 @@ class BlockExamples:
 def sample_block_examples(
     target_ids: torch.LongTensor,
     target_lengths: torch.LongTensor,
-    block_size: int,
+    num_draft_tokens: int,
     pad_token_id: int,
     generator: torch.Generator | None = None,
 ) -> BlockExamples:
@@ -44,7 +44,7 @@ def sample_block_examples(
             Decoder sequences starting with the decoder start token (e.g. the verifier's greedy output), ending with
             EOS, right-padded.
         target_lengths (`torch.LongTensor` of shape `(batch_size,)`): Valid tokens per row (at least 2).
-        block_size (`int`): k, the number of tokens to predict after the split.
+        num_draft_tokens (`int`): k, the number of tokens to predict after the split.
         pad_token_id (`int`): Written in the padded prefix slots.
         generator (`torch.Generator`, *optional*): For reproducible splits.
 
@@ -63,7 +63,7 @@ def sample_block_examples(
     prefix_mask = positions < splits.unsqueeze(1)
     decoder_input_ids = torch.where(prefix_mask, target_ids[:, :max_prefix], pad_token_id)
 
-    label_positions = splits.unsqueeze(1) + torch.arange(block_size, device=device)
+    label_positions = splits.unsqueeze(1) + torch.arange(num_draft_tokens, device=device)
     in_range = label_positions < target_lengths.unsqueeze(1)
     labels = target_ids.gather(1, label_positions.clamp(max=target_ids.shape[1] - 1))
     labels = torch.where(in_range, labels, -100)
@@ -86,7 +86,10 @@ def choose_split_lengths(
 
 
 def every_split_labels(
-    target_ids: torch.LongTensor, target_lengths: torch.LongTensor, split_lengths: torch.LongTensor, block_size: int
+    target_ids: torch.LongTensor,
+    target_lengths: torch.LongTensor,
+    split_lengths: torch.LongTensor,
+    num_draft_tokens: int,
 ) -> torch.LongTensor:
     """The k tokens after each prefix length of `split_lengths`, for every row; -100 past the row's end.
 
@@ -94,13 +97,13 @@ def every_split_labels(
         target_ids (`torch.LongTensor` of shape `(batch_size, max_length)`): Right-padded verifier outputs.
         target_lengths (`torch.LongTensor` of shape `(batch_size,)`): Valid tokens per row.
         split_lengths (`torch.LongTensor` of shape `(num_splits,)`): Prefix lengths (shared by the rows).
-        block_size (`int`): k.
+        num_draft_tokens (`int`): k.
 
     Returns:
-        `torch.LongTensor` of shape `(batch_size, num_splits, block_size)`.
+        `torch.LongTensor` of shape `(batch_size, num_splits, num_draft_tokens)`.
     """
     device = target_ids.device
-    positions = split_lengths.to(device)[:, None] + torch.arange(block_size, device=device)  # (S, k)
+    positions = split_lengths.to(device)[:, None] + torch.arange(num_draft_tokens, device=device)  # (S, k)
     labels = target_ids[:, positions.clamp(max=target_ids.shape[1] - 1)]
     in_range = positions[None] < target_lengths.to(device)[:, None, None]
     return torch.where(in_range, labels, -100)

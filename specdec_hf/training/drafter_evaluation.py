@@ -44,8 +44,8 @@ def evaluate_drafter(
         collate = DistilledBatchCollator(pad_token_id=pad)
         generator = torch.Generator().manual_seed(seed)
         generated = iterations = 0
-        correct = torch.zeros(drafter.config.block_size)
-        counted = torch.zeros(drafter.config.block_size)
+        correct = torch.zeros(drafter.config.max_draft_tokens)
+        counted = torch.zeros(drafter.config.max_draft_tokens)
         for start in range(0, len(examples), batch_size):
             batch = {key: value.to(device) for key, value in collate(examples[start : start + batch_size]).items()}
             output = verifier.generate(
@@ -56,14 +56,18 @@ def evaluate_drafter(
                 max_new_tokens=max_new_tokens,
                 custom_generate=speculative_generate,
                 drafter=drafter,
-                block_size=drafter.config.block_size,  # every trained slot, whatever k generate() would default to
+                num_draft_tokens=drafter.config.max_draft_tokens,  # every trained slot, whatever k generate() would default to
                 return_dict_in_generate=True,
             )
             generated += sum(output.speculative_stats.generated_tokens)
             iterations += sum(output.speculative_stats.iterations)
 
             blocks = sample_block_examples(
-                batch["target_ids"].cpu(), batch["target_lengths"].cpu(), drafter.config.block_size, pad, generator
+                batch["target_ids"].cpu(),
+                batch["target_lengths"].cpu(),
+                drafter.config.max_draft_tokens,
+                pad,
+                generator,
             )
             teacher = verifier_teacher_outputs(verifier, drafter, batch, soft_labels=False)
             prefix_length = blocks.decoder_input_ids.shape[1]

@@ -21,14 +21,14 @@ def glancing_targets(
     """Choose the slots to reveal and the labels left to learn.
 
     Args:
-        predictions (`torch.LongTensor` of shape `(batch_size, block_size)`): First-pass argmax of the drafter.
-        labels (`torch.LongTensor` of shape `(batch_size, block_size)`): Targets; -100 marks slots past the end.
+        predictions (`torch.LongTensor` of shape `(batch_size, num_draft_tokens)`): First-pass argmax of the drafter.
+        labels (`torch.LongTensor` of shape `(batch_size, num_draft_tokens)`): Targets; -100 marks slots past the end.
         ratio (`float`): Fraction of the wrong predictions revealed (GLAT's λ), in [0, 1): at 1 a batch with no
             right prediction would have nothing left to learn.
         generator (`torch.Generator`, *optional*): For reproducible choices.
 
     Returns:
-        `(glance_ids, loss_labels)`, both `(batch_size, block_size)`: the revealed targets (-100 elsewhere), for the
+        `(glance_ids, loss_labels)`, both `(batch_size, num_draft_tokens)`: the revealed targets (-100 elsewhere), for the
         drafter's `glance_ids`; and the labels with the revealed slots set to -100.
     """
     if not 0.0 <= ratio < 1.0:

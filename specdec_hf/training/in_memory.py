@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from ..distillation import lengths_up_to_eos
+from ..data.padding import lengths_up_to_eos
 from .loss import DrafterLossSettings, drafter_training_loss
 
 __all__ = ["distill_greedy_outputs", "fit_drafter_in_memory"]
@@ -60,7 +60,7 @@ def fit_drafter_in_memory(
         raise ValueError("pass `label_smoothing` inside `settings` (DrafterLossSettings), not both.")
     settings = settings or DrafterLossSettings(label_smoothing=0.1 if label_smoothing is None else label_smoothing)
     needs_verifier = (
-        drafter.config.use_verifier_encoder or drafter.config.prefix_feature_layers or settings.soft_label_weight > 0
+        drafter.config.use_verifier_encoder or drafter.config.verifier_state_layers or settings.soft_label_weight > 0
     )
     if needs_verifier and verifier is None:
         raise ValueError(

@@ -8,7 +8,7 @@ output k tokens at a time. A batch's loss is built from
 - **glancing** (GLAT, Qian et al. 2021): a first pass, then a fraction of the wrong slots is revealed;
 - **the verifier's teacher-forced pass** over the distilled target (no gradient), run only when something needs it:
   its encoder output (drafters that read it), its distribution at every drafted position (soft labels: a KL term,
-  as in knowledge distillation) and its decoder states (drafters with `prefix_feature_layers`, EAGLE-style).
+  as in knowledge distillation) and its decoder states (drafters with `verifier_state_layers`, EAGLE-style).
 """
 
 from __future__ import annotations
@@ -57,14 +57,14 @@ class DrafterLossSettings:
         if self.soft_label_weight < 0:
             raise ValueError(f"`soft_label_weight` must be >= 0, got {self.soft_label_weight}.")
 
-    def describe(self, block_size: int) -> str:
+    def describe(self, num_draft_tokens: int) -> str:
         """One line for a model card: what the drafter was trained to minimise."""
         splits = "a random split of each sequence per step"
         if self.split_points == "all":
             splits = "every split point of each sequence per step, in one pass"
             if self.max_splits is not None:
                 splits += f" (at most {self.max_splits} per batch)"
-        text = f"cross-entropy (label smoothing {self.label_smoothing}) on the next k = {block_size} verifier tokens "
+        text = f"cross-entropy (label smoothing {self.label_smoothing}) on the next k = {num_draft_tokens} verifier tokens "
         text += f"after {splits}"
         if self.soft_label_weight > 0:
             text += f", plus {self.soft_label_weight} × KL to the verifier's distribution at each drafted position"
@@ -84,7 +84,7 @@ class VerifierTeacherOutputs:
             The verifier's log-distribution over the drafter's head vocabulary at each target position (predicting
             the token after it), for soft labels.
         decoder_states (`torch.FloatTensor` of shape `(batch_size, target_length, feature_width)`, *optional*):
-            The verifier's decoder states of the drafter's `prefix_feature_layers`, concatenated.
+            The verifier's decoder states of the drafter's `verifier_state_layers`, concatenated.
     """
 
     encoder_states: torch.FloatTensor | None = None
@@ -103,7 +103,7 @@ def verifier_teacher_outputs(verifier, drafter, batch: dict, soft_labels: bool) 
         soft_labels (`bool`): Whether to return the verifier's log-distribution at every target position.
     """
     config = drafter.config
-    layers = config.prefix_feature_layers
+    layers = config.verifier_state_layers
     if not (config.use_verifier_encoder or soft_labels or layers):
         return VerifierTeacherOutputs()
     encoder_states = verifier.get_encoder()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])[0]
@@ -154,7 +154,7 @@ def drafter_training_loss(
     """
     drafter = model if drafter is None else drafter
     pad = drafter.config.pad_token_id
-    block_size = drafter.config.block_size  # every mask slot is trained
+    num_draft_tokens = drafter.config.max_draft_tokens  # every mask slot is trained
     device = batch["input_ids"].device
     teacher = verifier_teacher_outputs(verifier, drafter, batch, soft_labels=settings.soft_label_weight > 0)
     inputs = dict(
@@ -165,7 +165,7 @@ def drafter_training_loss(
     if settings.split_points == "all":
         target_ids, target_lengths = batch["target_ids"], batch["target_lengths"]
         split_lengths = choose_split_lengths(int(target_lengths.max()), settings.max_splits, generator).to(device)
-        labels = every_split_labels(target_ids, target_lengths, split_lengths, block_size)
+        labels = every_split_labels(target_ids, target_lengths, split_lengths, num_draft_tokens)
         target_mask = torch.arange(target_ids.shape[1], device=device) < target_lengths[:, None]
         inputs.update(
             decoder_input_ids=target_ids,
@@ -174,10 +174,10 @@ def drafter_training_loss(
             verifier_states=teacher.decoder_states,
         )
         # the verifier's distribution over target position p sits at teacher position p - 1
-        label_positions = split_lengths[:, None] + torch.arange(block_size, device=device)  # (S, k)
+        label_positions = split_lengths[:, None] + torch.arange(num_draft_tokens, device=device)  # (S, k)
     else:
         blocks = sample_block_examples(
-            batch["target_ids"].cpu(), batch["target_lengths"].cpu(), block_size, pad, generator
+            batch["target_ids"].cpu(), batch["target_lengths"].cpu(), num_draft_tokens, pad, generator
         )
         labels = blocks.labels.to(device)
         prefix_length = blocks.decoder_input_ids.shape[1]
@@ -187,7 +187,7 @@ def drafter_training_loss(
             verifier_states=None if teacher.decoder_states is None else teacher.decoder_states[:, :prefix_length],
         )
         splits = blocks.decoder_attention_mask.sum(dim=1).to(device)
-        label_positions = splits[:, None] + torch.arange(block_size, device=device)  # (B, k)
+        label_positions = splits[:, None] + torch.arange(num_draft_tokens, device=device)  # (B, k)
 
     glance_ids = None
     if settings.glancing_ratio > 0:

@@ -107,17 +107,17 @@ def write_model_card(
     by_position = ", ".join(f"{a:.2f}" for a in metrics.get("accuracy_by_position", []))
     encoder = "the verifier's encoder output" if config.use_verifier_encoder else f"{config.encoder_layers} layers"
     layers = f"{config.decoder_layers} decoder layer" + ("" if config.decoder_layers == 1 else "s")
-    objective = objective or f"cross-entropy on the next k = {config.block_size} verifier tokens"
+    objective = objective or f"cross-entropy on the next k = {config.max_draft_tokens} verifier tokens"
     reads = ""
-    if config.prefix_feature_layers:
-        reads += f", reads the verifier's decoder states of layers {config.prefix_feature_layers} (EAGLE-style)"
+    if config.verifier_state_layers:
+        reads += f", reads the verifier's decoder states of layers {config.verifier_state_layers} (EAGLE-style)"
     if config.draft_vocab_size:
         reads += f", LM head over the {config.draft_vocab_size} most frequent target tokens"
     text = f"""# Spec-Drafter for `{verifier_name}`
 
 A non-autoregressive drafter for Speculative Decoding (Xia et al., 2023, arXiv 2203.16487): it proposes up to
-{config.block_size} next tokens of `{verifier_name}` in one call ({drafter.block_size} unless `generate()` gets another
-`block_size`), and the verifier checks them in one forward pass. With `beta=1` the output is exactly the verifier's
+{config.max_draft_tokens} next tokens of `{verifier_name}` in one call ({config.num_draft_tokens or config.max_draft_tokens} unless `generate()` gets another
+`num_draft_tokens`), and the verifier checks them in one forward pass. With `beta=1` the output is exactly the verifier's
 greedy output.
 
 ```python

@@ -49,7 +49,7 @@ def tiny_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tiny_models(tiny_dir):
-    models = build_shape_models("tiny", load_verifier_config(str(tiny_dir)), SETTINGS, max_block_size=4)
+    models = build_shape_models("tiny", load_verifier_config(str(tiny_dir)), SETTINGS, max_draft_tokens=4)
     measure_greedy_reference(models, SETTINGS)
     return models
 
@@ -69,8 +69,8 @@ def test_constant_profile_reaches_the_requested_tokens_per_iteration():
 
 def test_draws_are_reproducible_and_follow_the_profile():
     profile = AcceptanceProfile((0.8, 0.5))
-    draws = profile.draw_accepted((4, 5000), block_size=3, seed=7)
-    assert torch.equal(draws, profile.draw_accepted((4, 5000), block_size=3, seed=7))
+    draws = profile.draw_accepted((4, 5000), num_draft_tokens=3, seed=7)
+    assert torch.equal(draws, profile.draw_accepted((4, 5000), num_draft_tokens=3, seed=7))
     assert int(draws.min()) >= 0 and int(draws.max()) <= 3
     # P(a >= 1) = 0.8, P(a >= 2) = 0.4, P(a >= 3) = 0.2
     for at_least, expected in ((1, 0.8), (2, 0.4), (3, 0.2)):
@@ -159,16 +159,16 @@ def test_oracle_accepts_exactly_the_drawn_counts(tiny_models):
 
 def test_recommended_drafter_reads_three_verifier_layers_and_refuses_k_beyond_it(tiny_models):
     drafter = tiny_models.drafter
-    assert drafter.config.prefix_feature_layers == [1, 2, 3]
+    assert drafter.config.verifier_state_layers == [1, 2, 3]
     assert drafter.config.use_verifier_encoder and drafter.config.decoder_layers == 1
-    with pytest.raises(ValueError, match="k=8 is beyond the drafter.*block_size=4"):
-        recommended_drafter(tiny_models.verifier, 8, {"block_size": 4})
+    with pytest.raises(ValueError, match="k=8 is beyond the drafter.*max_draft_tokens=4"):
+        recommended_drafter(tiny_models.verifier, 8, {"max_draft_tokens": 4})
 
 
 # --- projection and the whole estimate -------------------------------------------------------------------------------
 def test_predicted_speedup_arithmetic():
     cost = IterationCost(
-        block_size=4, verify_s=0.010, drafter_s=0.004, loop_s=0.002, fixed_s=0.05, tokens_per_iteration=3
+        num_draft_tokens=4, verify_s=0.010, drafter_s=0.004, loop_s=0.002, fixed_s=0.05, tokens_per_iteration=3
     )
     # greedy 1.0 s for 2 sentences of 48 tokens; speculative 2 * 0.05 + 96 / 3 * 0.016 = 0.612 s
     assert predicted_speedup(1.0, cost, 2, 96, 3.0) == pytest.approx(1.0 / 0.612)
@@ -195,7 +195,16 @@ def test_estimate_shape_returns_costs_grid_and_validation(tiny_dir):
 
 
 def test_cli_writes_report_json_and_plot(tiny_dir, tmp_path, capsys):
-    argv = ["--verifier", str(tiny_dir), "--block_sizes", "2,3", "--tokens_per_iteration", "2", "--sentences", "1"]
+    argv = [
+        "--verifier",
+        str(tiny_dir),
+        "--num_draft_tokens",
+        "2,3",
+        "--tokens_per_iteration",
+        "2",
+        "--sentences",
+        "1",
+    ]
     argv += ["--max_new_tokens", "8", "--rounds", "1", "--calibration_rounds", "1", "--acceptance", "0.9,0.5"]
     argv += ["--output_dir", str(tmp_path), "--threads", "1"]
     results = estimate_main(argv)
@@ -210,8 +219,8 @@ def test_cli_writes_report_json_and_plot(tiny_dir, tmp_path, capsys):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--block_sizes", "0,4"], "each k must be at least 1"),
-        (["--block_sizes", "four"], "comma-separated ints"),
+        (["--num_draft_tokens", "0,4"], "each k must be at least 1"),
+        (["--num_draft_tokens", "four"], "comma-separated ints"),
         (["--tokens_per_iteration", "0.5"], "Tok. is at least 1"),
         (["--acceptance", "0.5", "--acceptance_from", "x.json"], "not both"),
         (["--dtype", "int4"], "--dtype must be one of"),

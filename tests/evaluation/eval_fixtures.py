@@ -54,11 +54,11 @@ def eval_models(tmp_path_factory) -> dict[str, str]:
     verifier = build_marian(len(tokenizer), seed=0)
     verifier.save_pretrained(root / "verifier")
     tokenizer.save_pretrained(root / "verifier")
-    SpecDrafterModel.from_verifier(verifier, block_size=4, decoder_layers=1).save_pretrained(root / "drafter")
+    SpecDrafterModel.from_verifier(verifier, max_draft_tokens=4, decoder_layers=1).save_pretrained(root / "drafter")
     build_marian(len(tokenizer), seed=1).save_pretrained(root / "assistant")
     other = build_marian(len(tokenizer) + 7, seed=2)
     other.save_pretrained(root / "other_assistant")
-    SpecDrafterModel.from_verifier(other, block_size=4, decoder_layers=1).save_pretrained(root / "other_drafter")
+    SpecDrafterModel.from_verifier(other, max_draft_tokens=4, decoder_layers=1).save_pretrained(root / "other_drafter")
     names = ("verifier", "drafter", "assistant", "other_drafter", "other_assistant")
     return {name: str(root / name) for name in names}
 

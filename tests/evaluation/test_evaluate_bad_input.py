@@ -73,7 +73,7 @@ def test_drafter_with_another_vocabulary(base_argv, eval_models):
         evaluate(argv)
 
 
-def test_block_size_above_the_drafters(base_argv):
+def test_num_draft_tokens_above_the_drafters(base_argv):
     with pytest.raises(ValueError, match="drafts k=9 tokens but drafter .* has 4 mask slots"):
         evaluate(base_argv + ["--strategies", "spec_k9_b1_t0"])
 

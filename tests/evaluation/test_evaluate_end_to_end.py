@@ -111,7 +111,7 @@ def test_figures_consistent(run_output):
         result = strategies[name]
         assert result["tokens_per_iteration"] >= 1.0
         stats = result["speculative"]
-        assert len(stats["acceptance_by_position"]) == result["settings"]["block_size"]
+        assert len(stats["acceptance_by_position"]) == result["settings"]["num_draft_tokens"]
         assert stats["verifier_calls"] >= 1 and stats["drafter_calls"] >= 1
         share = result["time_share"]
         assert 0.0 < share["drafter"] < 1.0 and 0.0 < share["verifier"] < 1.0

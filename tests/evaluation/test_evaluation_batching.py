@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
 from specdec_hf.evaluation import parse_strategy, resolve_strategies
-from specdec_hf.evaluation.batching import make_batches, restore_order, single_row_groups, trim_generated
+from specdec_hf.evaluation.batching import make_batches, restore_order, single_row_groups
 from specdec_hf.evaluation.report import markdown_tables
 from specdec_hf.evaluation.strategies import Strategy, generation_kwargs
 from specdec_hf.evaluation.sweep import plot_latency_throughput, run_sweep
@@ -33,17 +32,11 @@ def test_single_row_groups_follow_the_rows_of_each_batch():
     assert by_group[0][1].input_ids.tolist() == [[5, 6, 7, 1]]  # unpadded: alone in its batch
 
 
-def test_trim_generated_drops_the_start_token_and_what_follows_eos():
-    sequences = torch.tensor([[0, 5, 6, 1, 0, 0], [0, 7, 8, 9, 10, 11], [0, 1, 0, 0, 0, 0]])
-    assert trim_generated(sequences, [1]) == [[5, 6, 1], [7, 8, 9, 10, 11], [1]]
-    assert trim_generated(sequences, [1, 6]) == [[5, 6], [7, 8, 9, 10, 11], [1]]
-
-
 def test_parse_strategy_names():
     assert parse_strategy("spec_k8_b1_t0") == Strategy("spec_k8_b1_t0", "speculative", 8, 1, 0.0, None)
     assert parse_strategy("spec_k10_b5_t3.5_d1") == Strategy("spec_k10_b5_t3.5_d1", "speculative", 10, 5, 3.5, 1)
     truncated = parse_strategy("spec_k8_b1_t0_c0.25_d1")
-    assert (truncated.block_size, truncated.confidence_threshold, truncated.drafter_index) == (8, 0.25, 1)
+    assert (truncated.num_draft_tokens, truncated.confidence_threshold, truncated.drafter_index) == (8, 0.25, 1)
     assert generation_kwargs(truncated, 10, drafter=object())["draft_confidence_threshold"] == 0.25
     assert "draft_confidence_threshold" not in generation_kwargs(parse_strategy("spec_k8_b1_t0"), 10, drafter=object())
     with pytest.raises(ValueError, match="must be in \\[0, 1\\]"):
@@ -65,7 +58,7 @@ def test_generation_kwargs_are_deterministic():
     kwargs = generation_kwargs(Strategy("beam", "beam"), max_new_tokens=7, num_beams=3)
     assert kwargs == {"max_new_tokens": 7, "do_sample": False, "num_beams": 3}
     spec = generation_kwargs(parse_strategy("spec_k4_b3_t1"), max_new_tokens=7, drafter=object())
-    assert (spec["block_size"], spec["beta"], spec["tau"], spec["num_beams"]) == (4, 3, 1.0, 1)
+    assert (spec["num_draft_tokens"], spec["beta"], spec["tau"], spec["num_beams"]) == (4, 3, 1.0, 1)
     assert spec["return_dict_in_generate"] is True
     lookup = generation_kwargs(Strategy("prompt_lookup", "prompt_lookup"), 7, prompt_lookup_num_tokens=4)
     assert lookup["prompt_lookup_num_tokens"] == 4

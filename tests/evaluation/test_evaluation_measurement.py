@@ -36,7 +36,7 @@ def test_module_timer_counts_outermost_calls_and_removes_its_hooks():
 
 class CountingDrafter:
     vocab_size = 11
-    block_size = 3
+    num_draft_tokens = 3
 
     def __init__(self):
         self.proposed = 0
@@ -44,7 +44,7 @@ class CountingDrafter:
     def init_drafting_state(self, input_ids, attention_mask, encoder_hidden_states):
         return "state"
 
-    def propose(self, state, prefix_ids, prefix_lengths, block_size):
+    def propose(self, state, prefix_ids, prefix_lengths, num_draft_tokens, verifier_states=None):
         self.proposed += 1
         return "proposal"
 
@@ -55,8 +55,8 @@ class CountingDrafter:
 def test_timed_drafter_delegates():
     inner = CountingDrafter()
     drafter = TimedDrafter(inner, CPU)
-    assert (drafter.vocab_size, drafter.block_size) == (11, 3)
-    assert drafter.verifier_state_layers is None and drafter.max_block_size is None  # the interface's defaults
+    assert (drafter.vocab_size, drafter.num_draft_tokens) == (11, 3)
+    assert drafter.verifier_state_layers is None and drafter.max_draft_tokens is None  # the interface's defaults
     state = drafter.init_drafting_state(None, None, torch.zeros(1, 2, 4))
     assert drafter.propose(state, None, None, 3) == "proposal"
     assert drafter.select_rows(state, None) == "state"
@@ -70,14 +70,14 @@ def test_timed_drafter_passes_verifier_states_on():
     torch.manual_seed(0)
     drafter = SpecDrafterModel.from_verifier(
         verifier,
-        block_size=4,
+        max_draft_tokens=4,
         decoder_layers=1,
         prefix_attention="causal",
-        prefix_feature_layers=[-1],
+        verifier_state_layers=[-1],
         use_verifier_encoder=True,
     ).eval()
     timed_drafter = TimedDrafter(drafter, CPU)
-    assert timed_drafter.verifier_state_layers == [-1] and timed_drafter.max_block_size == 4
+    assert timed_drafter.verifier_state_layers == [-1] and timed_drafter.max_draft_tokens == 4
     inputs = make_source_batch(2, seed=1, pad_token_id=verifier.config.pad_token_id)
     kwargs = dict(
         max_new_tokens=12, custom_generate=speculative_generate, beta=3, tau=1.0, return_dict_in_generate=True

@@ -32,7 +32,8 @@ def _generate(model, inputs, **kwargs):
         (dict(beta=0), "`beta`"),
         (dict(beta=2.5), "`beta`"),
         (dict(tau=-1.0), "`tau`"),
-        (dict(block_size=0), "`block_size`"),
+        (dict(num_draft_tokens=0), "`num_draft_tokens`"),
+        (dict(block_size=4), "block_size"),  # the earlier name of num_draft_tokens is refused, not ignored
         (dict(num_beams=3), "num_beams"),
         (dict(do_sample=True, beta=2), "do_sample"),
         (dict(do_sample=True, tau=1.0), "do_sample"),
@@ -76,8 +77,8 @@ def test_enabled_model_rejects_misplaced_arguments(bart, inputs):
         bart.generate(**inputs, drafter=RandomDrafter(VOCAB_SIZE), streamer=object(), max_new_tokens=3)
     with pytest.raises(ValueError, match="custom_generate=speculative_generate"):
         bart.generate(**inputs, drafter=RandomDrafter(VOCAB_SIZE), custom_generate=lambda *a, **k: None)
-    with pytest.raises(ValueError, match="`block_size` must be at most the drafter's 4"):
-        bart.generate(**inputs, drafter=SpecDrafterModel.from_verifier(bart, block_size=4), block_size=20)
+    with pytest.raises(ValueError, match="`num_draft_tokens` must be at most the drafter's 4"):
+        bart.generate(**inputs, drafter=SpecDrafterModel.from_verifier(bart, max_draft_tokens=4), num_draft_tokens=20)
 
 
 def test_enabled_model_accepts_the_transformers_route_too(bart, inputs):

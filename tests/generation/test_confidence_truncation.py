@@ -9,6 +9,7 @@ from oracle_drafters import ConfidentOracleDrafter
 
 from specdec_hf import SpecDrafterModel, speculative_generate
 from specdec_hf.drafting import DraftProposal
+from specdec_hf.generation import ReducedHeadProposal
 from specdec_hf.generation.speculative_loop import confident_draft_counts
 
 GREEDY = dict(do_sample=False, num_beams=1)
@@ -21,6 +22,20 @@ def test_confident_draft_counts():
     assert confident_draft_counts(confidence, 1.0).tolist() == [1, 1, 4]
 
 
+def _reduced_head_proposal(draft_ids, head_logits, head_ids, vocab_size):
+    return ReducedHeadProposal(draft_ids, head_logits, None, torch.tensor(head_ids), vocab_size)
+
+
+def test_reduced_head_proposal_scores_the_verifier_vocabulary():
+    """A reduced head's scores reach the loop over the verifier's vocabulary: its own at its ids, -inf elsewhere."""
+    head_logits = torch.tensor([[[1.0, 2.0, 3.0]]])
+    proposal = _reduced_head_proposal(torch.tensor([[5]]), head_logits, head_ids=[7, 3, 5], vocab_size=10)
+    expected = torch.full((1, 1, 10), float("-inf"))
+    expected[0, 0, [7, 3, 5]] = head_logits[0, 0]
+    assert torch.equal(proposal.draft_logits, expected)
+    assert proposal.draft_logits is proposal.draft_logits  # built once, on first read
+
+
 def test_proposal_confidence_from_logits():
     logits = torch.log(torch.tensor([[[0.5, 0.3, 0.2], [0.1, 0.1, 0.8]]]))
     # a drafter's own confidence wins; without it, the softmax of the logits at the drafted ids (argmax or not)
@@ -29,10 +44,10 @@ def test_proposal_confidence_from_logits():
     derived = DraftProposal(torch.tensor([[1, 2]]), logits, None).confidence()
     torch.testing.assert_close(derived, torch.tensor([[0.3, 0.8]]))
     # a reduced head over verifier ids [7, 3, 5]: id 3 is its column 1; id 4 lies outside the head (probability 0)
-    reduced = DraftProposal(torch.tensor([[3, 4]]), logits, None, draft_vocab_ids=torch.tensor([7, 3, 5]))
+    reduced = _reduced_head_proposal(torch.tensor([[3, 4]]), logits, head_ids=[7, 3, 5], vocab_size=10)
     torch.testing.assert_close(reduced.confidence(), torch.tensor([[0.3, 0.0]]))
     # ids beyond the head's largest id, draft_ids wider than the logits, half-precision logits
-    wide = DraftProposal(torch.tensor([[9, 5, 3]]), logits.bfloat16(), None, draft_vocab_ids=torch.tensor([7, 3, 5]))
+    wide = _reduced_head_proposal(torch.tensor([[9, 5, 3]]), logits.bfloat16(), head_ids=[7, 3, 5], vocab_size=10)
     torch.testing.assert_close(wide.confidence(), torch.tensor([[0.0, 0.8]]), atol=1e-2, rtol=0)
     assert DraftProposal(torch.tensor([[1, 2]]), None, None).confidence() is None
 
@@ -44,7 +59,7 @@ def test_spec_drafter_confidence_truncates_and_keeps_greedy(reduced_head):
     inputs = make_source_batch(4, seed=3, pad_token_id=model.config.pad_token_id)
     reference = model.generate(**inputs, **GREEDY, max_new_tokens=16)
     head = dict(draft_vocab_ids=list(range(3, 60))) if reduced_head else {}
-    drafter = SpecDrafterModel.from_verifier(model, block_size=4, decoder_layers=1, **head).eval()
+    drafter = SpecDrafterModel.from_verifier(model, max_draft_tokens=4, decoder_layers=1, **head).eval()
     output = model.generate(
         **inputs,
         **GREEDY,
@@ -64,9 +79,9 @@ def test_spec_drafter_confidence_truncates_and_keeps_greedy(reduced_head):
 
 @pytest.mark.parametrize("processors", [False, True], ids=["all_positions_at_once", "per_position"])
 @pytest.mark.parametrize("batch_size", [1, 4])
-@pytest.mark.parametrize("block_size", [4, 10])
+@pytest.mark.parametrize("num_draft_tokens", [4, 10])
 @pytest.mark.parametrize("accuracy", ["right", "half"])
-def test_truncated_verification_equals_greedy(family, batch_size, block_size, accuracy, processors):
+def test_truncated_verification_equals_greedy(family, batch_size, num_draft_tokens, accuracy, processors):
     model = build_verifier(family)
     inputs = make_source_batch(batch_size, seed=3, pad_token_id=model.config.pad_token_id)
     options = dict(max_new_tokens=20, repetition_penalty=1.2) if processors else dict(max_new_tokens=20)
@@ -77,7 +92,7 @@ def test_truncated_verification_equals_greedy(family, batch_size, block_size, ac
         **options,
         custom_generate=speculative_generate,
         return_dict_in_generate=True,
-        drafter=ConfidentOracleDrafter(reference, VOCAB_SIZE, block_size, accuracy),
+        drafter=ConfidentOracleDrafter(reference, VOCAB_SIZE, num_draft_tokens, accuracy),
     )
     truncated = model.generate(
         **inputs,
@@ -85,7 +100,7 @@ def test_truncated_verification_equals_greedy(family, batch_size, block_size, ac
         **options,
         custom_generate=speculative_generate,
         return_dict_in_generate=True,
-        drafter=ConfidentOracleDrafter(reference, VOCAB_SIZE, block_size, accuracy),
+        drafter=ConfidentOracleDrafter(reference, VOCAB_SIZE, num_draft_tokens, accuracy),
         draft_confidence_threshold=0.3,
     )
     assert torch.equal(full.sequences, reference) and torch.equal(truncated.sequences, reference)

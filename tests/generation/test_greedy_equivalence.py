@@ -29,9 +29,9 @@ def _eos_that_splits_rows(model, inputs, max_new_tokens):
     return int(counts.argmax())
 
 
-def _greedy_and_speculative(model, inputs, drafter_accuracy, block_size, **generate_kwargs):
+def _greedy_and_speculative(model, inputs, drafter_accuracy, num_draft_tokens, **generate_kwargs):
     reference = model.generate(**inputs, **GREEDY, **generate_kwargs)
-    drafter = OracleDrafter(reference, VOCAB_SIZE, block_size, drafter_accuracy)
+    drafter = OracleDrafter(reference, VOCAB_SIZE, num_draft_tokens, drafter_accuracy)
     output = model.generate(
         **inputs,
         **GREEDY,
@@ -44,32 +44,32 @@ def _greedy_and_speculative(model, inputs, drafter_accuracy, block_size, **gener
 
 
 @pytest.mark.parametrize("batch_size", [1, 4])
-@pytest.mark.parametrize("block_size", [1, 4, 10])
+@pytest.mark.parametrize("num_draft_tokens", [1, 4, 10])
 @pytest.mark.parametrize("accuracy", ["right", "wrong", "half"])
-def test_beta_one_equals_greedy(family, batch_size, block_size, accuracy):
+def test_beta_one_equals_greedy(family, batch_size, num_draft_tokens, accuracy):
     model = build_verifier(family)
     inputs = make_source_batch(batch_size, pad_token_id=model.config.pad_token_id)
-    reference, output = _greedy_and_speculative(model, inputs, accuracy, block_size, max_new_tokens=20)
+    reference, output = _greedy_and_speculative(model, inputs, accuracy, num_draft_tokens, max_new_tokens=20)
     assert torch.equal(output.sequences, reference)
     stats = output.speculative_stats
     generated = (reference.shape[1] - 1) * batch_size
     assert sum(stats.generated_tokens) == generated
     if accuracy == "right":
         for row in range(batch_size):
-            assert stats.iterations[row] <= math.ceil(stats.generated_tokens[row] / (block_size + 1)) + 1
+            assert stats.iterations[row] <= math.ceil(stats.generated_tokens[row] / (num_draft_tokens + 1)) + 1
     if accuracy == "wrong":
         assert sum(stats.accepted_tokens) == 0
         assert stats.tokens_per_iteration == 1.0
 
 
-@pytest.mark.parametrize("block_size", [1, 4, 10])
-def test_rows_stopping_at_different_lengths(family, block_size):
+@pytest.mark.parametrize("num_draft_tokens", [1, 4, 10])
+def test_rows_stopping_at_different_lengths(family, num_draft_tokens):
     """EOS in the middle of drafts, rows finishing at different steps, pad after EOS like `_sample`."""
     model = build_verifier(family)
     inputs = make_source_batch(4, seed=1, pad_token_id=model.config.pad_token_id)
     model.generation_config.eos_token_id = _eos_that_splits_rows(model, inputs, max_new_tokens=24)
     for accuracy in ("right", "half"):
-        reference, output = _greedy_and_speculative(model, inputs, accuracy, block_size, max_new_tokens=24)
+        reference, output = _greedy_and_speculative(model, inputs, accuracy, num_draft_tokens, max_new_tokens=24)
         assert torch.equal(output.sequences, reference)
     assert (reference == model.generation_config.pad_token_id).any(), "fixture should make some rows stop early"
 
@@ -91,9 +91,9 @@ def test_logits_processors_and_lengths(family, options, batch_size):
     if "min_new_tokens" in options:
         # an EOS the model emits early, so that min_new_tokens has something to suppress
         model.generation_config.eos_token_id = _eos_that_splits_rows(model, inputs, max_new_tokens=16)
-    for accuracy, block_size in (("right", 10), ("half", 4), ("wrong", 1)):
-        reference, output = _greedy_and_speculative(model, inputs, accuracy, block_size, **options)
-        assert torch.equal(output.sequences, reference), (accuracy, block_size)
+    for accuracy, num_draft_tokens in (("right", 10), ("half", 4), ("wrong", 1)):
+        reference, output = _greedy_and_speculative(model, inputs, accuracy, num_draft_tokens, **options)
+        assert torch.equal(output.sequences, reference), (accuracy, num_draft_tokens)
 
 
 def test_scores_and_logits_match_greedy(family):
@@ -145,7 +145,7 @@ def test_beta_one_ignores_tau(tau):
         **GREEDY,
         max_new_tokens=15,
         custom_generate=speculative_generate,
-        drafter=RandomDrafter(VOCAB_SIZE, block_size=4),
+        drafter=RandomDrafter(VOCAB_SIZE, num_draft_tokens=4),
         beta=1,
         tau=tau,
     )

@@ -20,7 +20,9 @@ DRAFTER_VARIANTS = {
 def test_untrained_spec_drafter_keeps_greedy_output(family, variant):
     model = build_verifier(family)
     torch.manual_seed(1)
-    drafter = SpecDrafterModel.from_verifier(model, block_size=4, decoder_layers=1, **DRAFTER_VARIANTS[variant]).eval()
+    drafter = SpecDrafterModel.from_verifier(
+        model, max_draft_tokens=4, decoder_layers=1, **DRAFTER_VARIANTS[variant]
+    ).eval()
     inputs = make_source_batch(4, pad_token_id=model.config.pad_token_id)
     reference = model.generate(**inputs, do_sample=False, max_new_tokens=20)
     output = model.generate(
@@ -29,22 +31,22 @@ def test_untrained_spec_drafter_keeps_greedy_output(family, variant):
     assert torch.equal(output, reference)
 
 
-def test_default_block_size_sets_the_k_drafted_without_block_size(tmp_path):
-    """`config.default_block_size` is generate()'s k when none is given; an explicit `block_size` still overrides it
+def test_config_num_draft_tokens_sets_the_k_drafted_without_num_draft_tokens(tmp_path):
+    """`config.num_draft_tokens` is generate()'s k when none is given; an explicit `num_draft_tokens` still overrides it
     up to the drafter's slot count, and the setting survives save/load."""
     model = build_verifier("bart")
     torch.manual_seed(1)
     drafter = SpecDrafterModel.from_verifier(
-        model, block_size=6, default_block_size=3, decoder_layers=1, prefix_attention="causal"
+        model, max_draft_tokens=6, num_draft_tokens=3, decoder_layers=1, prefix_attention="causal"
     ).eval()
     drafter.save_pretrained(tmp_path)
     drafter = SpecDrafterModel.from_pretrained(tmp_path).eval()
-    assert (drafter.block_size, drafter.max_block_size) == (3, 6)
+    assert (drafter.config.num_draft_tokens, drafter.config.max_draft_tokens) == (3, 6)
     inputs = make_source_batch(2, pad_token_id=model.config.pad_token_id)
     kwargs = dict(do_sample=False, max_new_tokens=12, custom_generate=speculative_generate, drafter=drafter)
     reference = model.generate(**inputs, do_sample=False, max_new_tokens=12)
-    for block_size, expected_k in ((None, 3), (6, 6)):
-        extra = {} if block_size is None else {"block_size": block_size}
+    for num_draft_tokens, expected_k in ((None, 3), (6, 6)):
+        extra = {} if num_draft_tokens is None else {"num_draft_tokens": num_draft_tokens}
         output = model.generate(**inputs, **kwargs, **extra, return_dict_in_generate=True)
         assert torch.equal(output.sequences, reference)
         assert len(output.speculative_stats.drafted_at_position) == expected_k
@@ -57,7 +59,7 @@ def test_briefly_trained_drafter_accepts_more_than_one_token_per_iteration():
     mask = torch.ones_like(sources)
     targets, lengths = distill_greedy_outputs(model, sources, mask, max_new_tokens=16)
     torch.manual_seed(0)
-    drafter = SpecDrafterModel.from_verifier(model, block_size=4, decoder_layers=1, prefix_attention="causal")
+    drafter = SpecDrafterModel.from_verifier(model, max_draft_tokens=4, decoder_layers=1, prefix_attention="causal")
     losses = fit_drafter_in_memory(drafter, sources[:80], mask[:80], targets[:80], lengths[:80], steps=150)
     assert sum(losses[-10:]) < sum(losses[:10])
 
@@ -65,7 +67,7 @@ def test_briefly_trained_drafter_accepts_more_than_one_token_per_iteration():
     held_out = {"input_ids": sources[80:], "attention_mask": mask[80:]}
     trained = model.generate(**held_out, drafter=drafter, max_new_tokens=16, return_dict_in_generate=True)
     assert torch.equal(trained.sequences, targets[80:])
-    untrained = SpecDrafterModel.from_verifier(model, block_size=4, decoder_layers=1, prefix_attention="causal")
+    untrained = SpecDrafterModel.from_verifier(model, max_draft_tokens=4, decoder_layers=1, prefix_attention="causal")
     baseline = model.generate(**held_out, drafter=untrained.eval(), max_new_tokens=16, return_dict_in_generate=True)
     print(
         f"Tok. trained {trained.speculative_stats.tokens_per_iteration:.2f}, "
@@ -78,7 +80,7 @@ def test_briefly_trained_drafter_accepts_more_than_one_token_per_iteration():
 def test_num_return_sequences_with_a_drafter_that_reads_the_source():
     model = build_verifier("marian")
     torch.manual_seed(1)
-    drafter = SpecDrafterModel.from_verifier(model, block_size=3, decoder_layers=1).eval()
+    drafter = SpecDrafterModel.from_verifier(model, max_draft_tokens=3, decoder_layers=1).eval()
     inputs = make_source_batch(2, pad_token_id=model.config.pad_token_id)
     torch.manual_seed(0)
     output = model.generate(
@@ -98,7 +100,9 @@ def test_drafter_with_user_encoder_outputs():
     """generate(encoder_outputs=...) leaves no source ids; a drafter reading the verifier's encoder still works."""
     model = build_verifier("bart")
     torch.manual_seed(1)
-    drafter = SpecDrafterModel.from_verifier(model, block_size=3, decoder_layers=1, use_verifier_encoder=True).eval()
+    drafter = SpecDrafterModel.from_verifier(
+        model, max_draft_tokens=3, decoder_layers=1, use_verifier_encoder=True
+    ).eval()
     inputs = make_source_batch(2, pad_token_id=1)
     encoder_outputs = model.get_encoder()(**inputs)
     reference = model.generate(

@@ -7,8 +7,7 @@ import torch
 from oracle_drafters import OracleDrafter, RandomDrafter
 from transformers import BartConfig, BartForConditionalGeneration
 
-from specdec_hf import SpecDrafterModel, speculative_generate
-from specdec_hf.generation import speculative_loop
+from specdec_hf import SpecDrafterModel, acceptance, speculative_generate
 
 VOCAB = 8
 SAMPLES = 20_000
@@ -56,23 +55,23 @@ def _sample(verifier, source, seed, **kwargs):
 def _drafter(name, verifier, source, warping):
     if name == "spec_drafter":  # untrained: a full but bad proposal distribution q
         torch.manual_seed(1)
-        return SpecDrafterModel.from_verifier(verifier, block_size=2, decoder_layers=1, d_model=16).eval()
+        return SpecDrafterModel.from_verifier(verifier, max_draft_tokens=2, decoder_layers=1, d_model=16).eval()
     if name == "reduced_head_features":  # q over part of the vocabulary only, drafting from the verifier's states
         torch.manual_seed(1)
         return SpecDrafterModel.from_verifier(
             verifier,
-            block_size=3,
+            max_draft_tokens=3,
             draft_vocab_ids=list(range(0, VOCAB, 2)),
             decoder_layers=1,
             prefix_attention="causal",
             use_verifier_encoder=True,
-            prefix_feature_layers=[-1],
+            verifier_state_layers=[-1],
         ).eval()
     if name == "random":  # no distribution at all: q is a point mass on random tokens
-        return RandomDrafter(VOCAB, block_size=4, seed=2)
+        return RandomDrafter(VOCAB, num_draft_tokens=4, seed=2)
     # good: a point mass on the verifier's greedy continuation, its most likely one
     greedy = verifier.generate(input_ids=source[:1], do_sample=False, max_new_tokens=NEW_TOKENS)
-    return OracleDrafter(greedy.repeat(len(source), 1), VOCAB, block_size=4)
+    return OracleDrafter(greedy.repeat(len(source), 1), VOCAB, num_draft_tokens=4)
 
 
 def chi_square_p_value(first: torch.Tensor, second: torch.Tensor) -> float:
@@ -120,7 +119,7 @@ def test_broken_rule_is_detected(verifier, source, drafter_name, monkeypatch):
 
     reference = _sample(verifier, source, seed=10, **WARPING["top_k"])
     drafter = _drafter(drafter_name, verifier, source, WARPING["top_k"])
-    monkeypatch.setattr(speculative_loop, "speculative_sampling_step", always_accept)
+    monkeypatch.setattr(acceptance, "speculative_sampling_step", always_accept)
     broken = _sample(
         verifier, source, seed=11, **WARPING["top_k"], custom_generate=speculative_generate, drafter=drafter
     )
@@ -128,15 +127,15 @@ def test_broken_rule_is_detected(verifier, source, drafter_name, monkeypatch):
 
 
 def test_sampling_is_reproducible_with_manual_seed(verifier, source):
-    drafter = RandomDrafter(VOCAB, block_size=3, seed=4)
+    drafter = RandomDrafter(VOCAB, num_draft_tokens=3, seed=4)
     first = _sample(verifier, source[:64], 5, custom_generate=speculative_generate, drafter=drafter)
-    drafter = RandomDrafter(VOCAB, block_size=3, seed=4)
+    drafter = RandomDrafter(VOCAB, num_draft_tokens=3, seed=4)
     second = _sample(verifier, source[:64], 5, custom_generate=speculative_generate, drafter=drafter)
     assert torch.equal(first, second)
 
 
 def test_num_return_sequences(verifier, source):
-    drafter = RandomDrafter(VOCAB, block_size=3, seed=4)
+    drafter = RandomDrafter(VOCAB, num_draft_tokens=3, seed=4)
     out = _sample(
         verifier, source[:2], 5, num_return_sequences=3, custom_generate=speculative_generate, drafter=drafter
     )

@@ -43,7 +43,7 @@ def setup():
 def test_tokens_arrive_once_in_order(setup, route):
     model, _, inputs, reference = setup
     streamer = RecordingStreamer()
-    drafter = OracleDrafter(reference, VOCAB_SIZE, block_size=4, accuracy="half")
+    drafter = OracleDrafter(reference, VOCAB_SIZE, num_draft_tokens=4, accuracy="half")
     if route == "enabled":
         output = enable_speculative_decoding(model).generate(
             **inputs, drafter=drafter, streamer=streamer, max_new_tokens=20
@@ -63,7 +63,7 @@ def test_tokens_arrive_once_in_order(setup, route):
 def test_text_iterator_streamer_yields_the_decoded_output(setup):
     model, tokenizer, inputs, reference = setup
     streamer = TextIteratorStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
-    drafter = OracleDrafter(reference, VOCAB_SIZE, block_size=4, accuracy="half")
+    drafter = OracleDrafter(reference, VOCAB_SIZE, num_draft_tokens=4, accuracy="half")
     enable_speculative_decoding(model)
     result = {}
 

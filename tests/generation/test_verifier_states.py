@@ -59,14 +59,14 @@ def test_states_handed_to_the_drafter_equal_a_teacher_forced_pass(family, batch_
     assert checked > 0
 
 
-def _feature_drafter(model, block_size, **overrides):
+def _feature_drafter(model, num_draft_tokens, **overrides):
     torch.manual_seed(0)
     return SpecDrafterModel.from_verifier(
         model,
-        block_size=block_size,
+        max_draft_tokens=num_draft_tokens,
         decoder_layers=1,
         prefix_attention="causal",
-        prefix_feature_layers=[1, -1],
+        verifier_state_layers=[1, -1],
         **overrides,
     ).eval()
 
@@ -81,14 +81,14 @@ GENERATE_OPTIONS = [
 
 @pytest.mark.parametrize("options", GENERATE_OPTIONS, ids=lambda o: "-".join(o))
 @pytest.mark.parametrize("batch_size", [1, 4])
-@pytest.mark.parametrize("block_size", [1, 4, 10])
-def test_feature_drafter_beta_one_equals_greedy(family, options, batch_size, block_size):
+@pytest.mark.parametrize("num_draft_tokens", [1, 4, 10])
+def test_feature_drafter_beta_one_equals_greedy(family, options, batch_size, num_draft_tokens):
     """A feature-reading Spec-Drafter with random weights: exactness does not depend on draft quality."""
     model = build_verifier(family)
     inputs = make_source_batch(batch_size, seed=2, pad_token_id=model.config.pad_token_id)
     reference = model.generate(**inputs, **GREEDY, **options)
     for overrides in (dict(use_verifier_encoder=True), dict(encoder_layers=1, draft_vocab_ids=list(range(0, 99, 2)))):
-        drafter = _feature_drafter(model, block_size, **overrides)
+        drafter = _feature_drafter(model, num_draft_tokens, **overrides)
         output = model.generate(**inputs, **GREEDY, **options, custom_generate=speculative_generate, drafter=drafter)
         assert torch.equal(output, reference), overrides
 
@@ -165,9 +165,9 @@ def test_feature_drafter_with_a_decoder_prompt_of_several_tokens():
 def test_state_layers_the_verifier_lacks_are_named():
     model = build_verifier("bart")  # 2 decoder layers: hidden states 0, 1, 2
     with pytest.raises(ValueError, match="indices -3 to 2"):
-        SpecDrafterModel.from_verifier(model, prefix_attention="causal", prefix_feature_layers=[3])
+        SpecDrafterModel.from_verifier(model, prefix_attention="causal", verifier_state_layers=[3])
     recording = StateRecordingDrafter(torch.zeros(1, 4, dtype=torch.long), VOCAB_SIZE, 4, layers=(5,))
-    with pytest.raises(ValueError, match="prefix_feature_layers"):
+    with pytest.raises(ValueError, match="verifier_state_layers"):
         model.generate(
             **make_source_batch(1), max_new_tokens=4, custom_generate=speculative_generate, drafter=recording
         )

@@ -13,7 +13,7 @@ def test_prefix_and_labels_reassemble_the_target():
     lengths = torch.tensor([6, 4])
     generator = torch.Generator().manual_seed(0)
     for _ in range(50):
-        batch = sample_block_examples(targets, lengths, block_size=3, pad_token_id=1, generator=generator)
+        batch = sample_block_examples(targets, lengths, num_draft_tokens=3, pad_token_id=1, generator=generator)
         for row in range(2):
             split = int(batch.decoder_attention_mask[row].sum())
             assert 1 <= split <= int(lengths[row]) - 1

@@ -33,7 +33,7 @@ def test_ratio_is_validated():
 def test_drafter_reads_revealed_tokens_only_where_asked():
     verifier = build_verifier("bart")
     torch.manual_seed(0)
-    drafter = SpecDrafterModel.from_verifier(verifier, block_size=4, decoder_layers=1).eval()
+    drafter = SpecDrafterModel.from_verifier(verifier, max_draft_tokens=4, decoder_layers=1).eval()
     inputs = dict(input_ids=torch.randint(4, 99, (2, 7)), decoder_input_ids=torch.tensor([[2, 10, 11], [2, 12, 13]]))
     plain = drafter(**inputs).logits
     none_revealed = drafter(**inputs, glance_ids=torch.full((2, 4), -100)).logits

@@ -30,8 +30,8 @@ def _batch(verifier, batch_size=4, max_new_tokens=9):
     "overrides",
     [
         dict(use_verifier_encoder=True),
-        dict(use_verifier_encoder=True, prefix_feature_layers=[1, -1]),
-        dict(encoder_layers=1, prefix_feature_layers=[-1]),
+        dict(use_verifier_encoder=True, verifier_state_layers=[1, -1]),
+        dict(encoder_layers=1, verifier_state_layers=[-1]),
     ],
     ids=["verifier_encoder", "features", "own_encoder_features"],
 )
@@ -43,7 +43,7 @@ def test_every_split_loss_equals_one_split_losses_summed(overrides, soft_label_w
     # a head over some of the targets' tokens: the others must be ignored
     kept = frequent_token_ids(token_counts(batch["target_ids"].tolist(), VOCAB_SIZE), 2) if reduced_head else None
     drafter = SpecDrafterModel.from_verifier(
-        verifier, block_size=3, draft_vocab_ids=kept, decoder_layers=1, prefix_attention="causal", **overrides
+        verifier, max_draft_tokens=3, draft_vocab_ids=kept, decoder_layers=1, prefix_attention="causal", **overrides
     ).eval()
     settings = DrafterLossSettings(split_points="all", label_smoothing=0.1, soft_label_weight=soft_label_weight)
     loss, count = drafter_training_loss(drafter, verifier, batch, settings)
@@ -81,7 +81,7 @@ def test_every_split_loss_equals_one_split_losses_summed(overrides, soft_label_w
 def test_random_split_loss_uses_the_verifier_only_when_needed():
     verifier = build_verifier("bart")
     batch = _batch(verifier)
-    drafter = SpecDrafterModel.from_verifier(verifier, block_size=3, decoder_layers=1, encoder_layers=1)
+    drafter = SpecDrafterModel.from_verifier(verifier, max_draft_tokens=3, decoder_layers=1, encoder_layers=1)
     teacher = verifier_teacher_outputs(verifier, drafter, batch, soft_labels=False)
     assert teacher.encoder_states is None and teacher.log_probs is None and teacher.decoder_states is None
     generator = torch.Generator().manual_seed(0)
@@ -97,7 +97,12 @@ def test_in_memory_trainer_trains_a_verifier_encoder_drafter():
     targets = verifier.generate(**source, do_sample=False, max_new_tokens=12)
     lengths = torch.full((64,), targets.shape[1])
     drafter = SpecDrafterModel.from_verifier(
-        verifier, block_size=4, decoder_layers=1, prefix_attention="causal", use_verifier_encoder=True, dropout=0.0
+        verifier,
+        max_draft_tokens=4,
+        decoder_layers=1,
+        prefix_attention="causal",
+        use_verifier_encoder=True,
+        dropout=0.0,
     )
     with pytest.raises(ValueError, match="verifier="):
         fit_drafter_in_memory(drafter, source["input_ids"], source["attention_mask"], targets, lengths, steps=1)
