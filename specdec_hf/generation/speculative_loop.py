@@ -42,7 +42,7 @@ from ..acceptance import (
     sample_proposal,
 )
 from ..drafting import Drafter
-from .processor_gating import processors_acting_on
+from .processor_gating import apply_to_every_position, is_position_independent, processors_acting_on
 from .stats import SpeculativeDecodingStats
 
 __all__ = [
@@ -457,8 +457,9 @@ def accept(
 ) -> tuple[torch.FloatTensor, torch.LongTensor, torch.LongTensor]:
     """Stage 3: the accepted drafts of every row and the token the verifier emits where the row stops.
 
-    Greedy decoding judges all positions at once when no processor acts on them (`acting` empty); otherwise, and
-    when sampling, positions are judged one by one with their processed scores (`specdec_hf.acceptance`).
+    Greedy decoding judges all positions at once when every acting processor is position-independent (none, or
+    single-token bans such as `bad_words_ids=[[pad]]`: applied to all positions in one call); otherwise, and when
+    sampling, positions are judged one by one with their processed scores (`specdec_hf.acceptance`).
 
     Args:
         logits (`torch.FloatTensor` of shape `(rows, k + 1, vocab_size)`): The verifier's raw scores.
@@ -470,9 +471,10 @@ def accept(
         `scores` `(rows, k + 1, vocab_size)` (the processed scores), `new_tokens` `(rows, k + 1)` whose first
         `num_accepted + 1` are appended, and `num_accepted` `(rows,)`.
     """
-    if len(acting) == 0 and not config.do_sample:
-        new_tokens, num_accepted = accept_all_positions(logits, drafts, budgets, config.beta, config.tau)
-        return logits, new_tokens, num_accepted
+    if not config.do_sample and all(is_position_independent(processor) for processor in acting):
+        scores = apply_to_every_position(acting, logits)
+        new_tokens, num_accepted = accept_all_positions(scores, drafts, budgets, config.beta, config.tau)
+        return scores, new_tokens, num_accepted
     rule = SamplingRule(proposal_q) if config.do_sample else GreedyRule(config.beta, config.tau)
     return judge_per_position(logits, drafts, budgets, batch.committed, batch.lengths, acting, rule)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import VOCAB_SIZE, build_verifier, make_source_batch
 from transformers.generation.logits_process import (
     ForcedBOSTokenLogitsProcessor,
     ForcedEOSTokenLogitsProcessor,
@@ -16,11 +17,14 @@ from transformers.generation.logits_process import (
     SuppressTokensLogitsProcessor,
 )
 
+from specdec_hf import speculative_generate
+from specdec_hf.generation import speculative_loop
 from specdec_hf.generation.processor_gating import (
     apply_to_every_position,
     is_position_independent,
     processors_acting_on,
 )
+from specdec_hf.testing import OracleDrafter
 
 EOS = 2
 PROCESSORS = [
@@ -75,3 +79,51 @@ def test_applying_to_every_position_at_once_equals_position_by_position():
         expected = processors(prefixes[:, : 2 + position], logits[:, position].clone())
         assert torch.equal(batched[:, position], expected)
     assert torch.isinf(batched[..., [3, 7, 9]]).all() and torch.isfinite(batched[..., [0, 1, 2, 4]]).all()
+
+
+@pytest.mark.parametrize("family", ["marian", "bart"])
+@pytest.mark.parametrize("batch_size", [1, 4])
+def test_a_verifier_banning_pad_keeps_the_vectorised_path_and_stays_exact(family, batch_size, monkeypatch):
+    """OPUS-MT checkpoints ban <pad> (`bad_words_ids=[[pad]]`): every iteration still judges all positions at once."""
+    model = build_verifier(family)
+    pad = model.config.pad_token_id
+    model.generation_config.bad_words_ids = [[pad]]
+    model.generation_config.suppress_tokens = [7]
+    inputs = make_source_batch(batch_size, pad_token_id=pad)
+    reference = model.generate(**inputs, do_sample=False, max_new_tokens=16)
+    per_position_calls = _count_per_position_calls(monkeypatch)
+    drafter = OracleDrafter(reference, VOCAB_SIZE, 4, "half")
+    output = model.generate(
+        **inputs, do_sample=False, max_new_tokens=16, custom_generate=speculative_generate, drafter=drafter
+    )
+    assert torch.equal(output, reference)
+    assert per_position_calls == []
+    assert not (reference[:, 1:] == 7).any()  # the ban acted on greedy's output too
+
+
+def test_a_multi_token_ban_takes_the_per_position_path_and_stays_exact(monkeypatch):
+    model = build_verifier("bart")
+    inputs = make_source_batch(4, pad_token_id=model.config.pad_token_id)
+    unbanned = model.generate(**inputs, do_sample=False, max_new_tokens=16)
+    bigram = unbanned[0, 2:4].tolist()  # a pair greedy produces: the ban changes the output
+    model.generation_config.bad_words_ids = [bigram]
+    reference = model.generate(**inputs, do_sample=False, max_new_tokens=16)
+    assert not torch.equal(reference, unbanned)
+    per_position_calls = _count_per_position_calls(monkeypatch)
+    drafter = OracleDrafter(unbanned, VOCAB_SIZE, 4, "right")  # drafts the banned pair: it must be refused
+    output = model.generate(
+        **inputs, do_sample=False, max_new_tokens=16, custom_generate=speculative_generate, drafter=drafter
+    )
+    assert torch.equal(output, reference) and len(per_position_calls) > 0
+
+
+def _count_per_position_calls(monkeypatch) -> list:
+    calls = []
+    original = speculative_loop.judge_per_position
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(speculative_loop, "judge_per_position", counting)
+    return calls
