@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from ..config_parsing import parse_yaml_and_cli
 from ..data.loading import DataArguments
 from ..dtypes import TORCH_DTYPES
+from .ctranslate2_peer import check_ctranslate2_available
 from .strategies import STRATEGY_NAME_HELP, Strategy, resolve_strategies
 
 __all__ = ["METRIC_NAMES", "EvaluationArguments", "parse_evaluation_arguments"]
@@ -160,6 +161,17 @@ class EvaluationArguments:
             raise ValueError(f"the `beam` strategy needs `num_beams` >= 2, got {self.num_beams}.")
         if any(s.kind == "assisted" for s in strategies) and not self.assistant_model:
             raise ValueError("the `assisted` strategy needs `assistant_model` (a small seq2seq model path or id).")
+        ct2 = [s.name for s in strategies if s.kind == "ctranslate2"]
+        if ct2:
+            if self.device != "cpu":
+                raise ValueError(
+                    f"the CTranslate2 strategies {ct2} run on the CPU, and `device` is {self.device!r} (`auto` picks "
+                    "a GPU where there is one): set `device: cpu` so that every strategy runs on the same hardware."
+                )
+            try:
+                check_ctranslate2_available()
+            except ImportError as error:
+                raise ValueError(f"strategies {ct2}: {error}") from None
         if self.sweep:
             self.resolved_sweep_strategies  # noqa: B018 -- validates the names
 
@@ -185,6 +197,11 @@ class EvaluationArguments:
         batch_one = [s.name for s in chosen if s.batch_one_only]
         if batch_one:
             raise ValueError(f"`sweep_strategies` {batch_one} run only at batch size 1 in transformers: drop them.")
+        ct2 = [s.name for s in chosen if s.kind == "ctranslate2"]
+        if ct2:
+            raise ValueError(
+                f"`sweep_strategies` {ct2}: the batch-size sweep times transformers' generate(): drop them."
+            )
         return chosen
 
 

@@ -13,19 +13,25 @@ import importlib.util
 import multiprocessing
 import os
 import time
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from .batching import Batch, restore_order
+from .execution import StrategyRun
+from .strategies import Strategy
+
 __all__ = [
-    "CT2_COMPUTE_TYPES",
     "CTranslate2Worker",
     "check_ctranslate2_available",
     "check_marian_layout",
+    "ct2_group_runner",
     "convert_verifier",
+    "run_ct2_strategy",
+    "start_ct2_workers",
 ]
 
-# strategy name -> CTranslate2 compute type (weights converted once in float32, quantised when loaded)
-CT2_COMPUTE_TYPES = {"ct2": "float32", "ct2_int8": "int8", "ct2_int8_float32": "int8_float32"}
 INSTALL_HINT = "pip install 'specdec_hf[peers]' (or: pip install ctranslate2)"
 
 
@@ -95,7 +101,9 @@ def _worker_main(connection, model_dir: str, compute_type: str, threads: int) ->
             break
         sources, max_decoding_length = message
         start = time.perf_counter()
-        results = translator.translate_batch(sources, beam_size=1, max_decoding_length=max_decoding_length)
+        results = translator.translate_batch(
+            sources, beam_size=1, max_decoding_length=max_decoding_length, return_end_token=True
+        )
         seconds = time.perf_counter() - start
         connection.send(([result.hypotheses[0] for result in results], seconds))
 
@@ -109,8 +117,8 @@ class CTranslate2Worker:
         compute_type (`str`): `float32`, `int8`, `int8_float32`, ... (`ctranslate2.get_supported_compute_types`).
         threads (`int`): CTranslate2's intra-op threads.
 
-    Use as a context manager; `translate(sources, max_decoding_length)` returns the greedy hypotheses (token strings)
-    and the seconds CTranslate2 took.
+    Use as a context manager; `translate(sources, max_decoding_length)` returns the greedy hypotheses (token strings,
+    ending with the end token where decoding ended there) and the seconds CTranslate2 took.
     """
 
     def __init__(self, model_dir: str | Path, compute_type: str, threads: int):
@@ -160,3 +168,65 @@ class CTranslate2Worker:
             if self._process.is_alive():
                 self._process.kill()
             self._process = None
+
+
+def start_ct2_workers(
+    strategies: Sequence[Strategy], verifier, model_dir: str, output_dir: Path, threads: int, stack: ExitStack
+) -> dict[str, CTranslate2Worker]:
+    """
+    Converts the verifier once (into `output_dir/ctranslate2`) and starts one worker per CTranslate2 strategy; the
+    workers stop when `stack` closes.
+
+    Raises:
+        ValueError: when the verifier's layout is one CTranslate2 cannot convert (`check_marian_layout`).
+    """
+    check_marian_layout(verifier)
+    converted = convert_verifier(model_dir, output_dir / "ctranslate2")
+    return {
+        strategy.name: stack.enter_context(CTranslate2Worker(converted, strategy.compute_type, threads))
+        for strategy in strategies
+    }
+
+
+def _sources(tokenizer, batch: Batch) -> list[list[str]]:
+    """The batch's source tokens as CTranslate2 reads them (padding dropped)."""
+    lengths = batch.attention_mask.sum(dim=1).tolist()
+    return [
+        tokenizer.convert_ids_to_tokens(ids[:length])
+        for ids, length in zip(batch.input_ids.tolist(), lengths, strict=True)
+    ]
+
+
+def ct2_group_runner(
+    worker: CTranslate2Worker, tokenizer, groups: Sequence[Sequence[Batch]], max_new_tokens: int
+) -> Callable[[int], list]:
+    """`run(g)`: decode the batches of `groups[g]` with the worker, the unit of the interleaved timing."""
+    sources = [[_sources(tokenizer, batch) for batch in group] for group in groups]
+
+    def run(group: int) -> list:
+        return [worker.translate(batch, max_new_tokens)[0] for batch in sources[group]]
+
+    return run
+
+
+def run_ct2_strategy(
+    strategy: Strategy, worker: CTranslate2Worker, tokenizer, batches: Sequence[Batch], max_new_tokens: int
+) -> StrategyRun:
+    """
+    One pass over `batches` with CTranslate2 (the strategy's warm-up and outputs), as a `StrategyRun`: generated ids
+    per dataset row, up to and including EOS, like the other strategies'.
+    """
+    per_batch, seconds = [], 0.0
+    for batch in batches:
+        hypotheses, batch_seconds = worker.translate(_sources(tokenizer, batch), max_new_tokens)
+        per_batch.append([tokenizer.convert_tokens_to_ids(tokens) for tokens in hypotheses])
+        seconds += batch_seconds
+    return StrategyRun(
+        strategy=strategy,
+        batch_size=max(len(batch.rows) for batch in batches),
+        sequences=restore_order(batches, per_batch),
+        instrumented_s=seconds,
+        verifier_s=seconds,
+        verifier_decoder_calls=0,
+        generation_kwargs={"compute_type": strategy.compute_type, "max_decoding_length": max_new_tokens},
+    )

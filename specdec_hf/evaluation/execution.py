@@ -57,13 +57,13 @@ class StrategyRun:
 
     @property
     def tokens_per_iteration(self) -> float | None:
-        """Tok.: tokens per verifier pass. Greedy 1 by definition; beam search: not defined (None)."""
+        """Tok.: tokens per verifier pass. Greedy 1 by definition; beam search and CTranslate2: not defined (None)."""
         kind = self.strategy.kind
         if kind == "greedy":
             return 1.0
         if kind == "speculative":
             return self.speculative["tokens_per_iteration"]
-        if kind == "beam":
+        if kind in ("beam", "ctranslate2"):
             return None
         # assisted / prompt lookup run one row per call: tokens per verifier decoder pass
         return self.generated_tokens / max(self.verifier_decoder_calls, 1)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
@@ -24,6 +24,8 @@ class EvaluationModels:
     tokenizer: object
     drafters: list[SpecDrafterModel]
     assistant: torch.nn.Module | None
+    # CTranslate2 workers of the `ct2*` strategies, by strategy name (started after the models are checked)
+    ct2_workers: dict = field(default_factory=dict)
 
 
 def resolve_device(name: str) -> torch.device:

@@ -13,6 +13,7 @@ batch back to back in a rotating order, and a speed-up is the median over repeat
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import random
@@ -26,6 +27,7 @@ from ..data.loading import DataArguments, load_text_pairs
 from ..data.tokenization import default_source_prefix
 from .arguments import EvaluationArguments
 from .batching import Batch, encode_sources, make_batches, single_row_groups
+from .ctranslate2_peer import ct2_group_runner, run_ct2_strategy, start_ct2_workers
 from .execution import StrategyRun, count_generated_tokens, group_runner, run_strategy
 from .interleaved import time_interleaved
 from .loading import EvaluationModels, load_models, resolve_device
@@ -118,6 +120,11 @@ def run_evaluation(args: EvaluationArguments, data_args: DataArguments) -> dict[
         `identical_to_greedy`, `tokens_per_iteration`, `speed`, `time_share`, `speculative`, `memory`,
         `generations_file`), `reference_timings`, `memory` and `sweep`.
     """
+    with contextlib.ExitStack() as peers:  # CTranslate2 worker processes, stopped however the run ends
+        return _evaluate(args, data_args, peers)
+
+
+def _evaluate(args: EvaluationArguments, data_args: DataArguments, peers: contextlib.ExitStack) -> dict[str, Any]:
     # 1. Checks that need no model: strategies (parsed with the arguments), output directory, data; the machine.
     if args.num_threads:
         torch.set_num_threads(args.num_threads)
@@ -140,6 +147,12 @@ def run_evaluation(args: EvaluationArguments, data_args: DataArguments) -> dict[
     check_models(
         verifier, tokenizer, models.drafters, args.drafters, models.assistant, strategies, args.max_new_tokens
     )
+    ct2_strategies = [s for s in strategies if s.kind == "ctranslate2"]
+    if ct2_strategies:
+        threads = args.num_threads or torch.get_num_threads()
+        models.ct2_workers = start_ct2_workers(
+            ct2_strategies, verifier, args.verifier_name_or_path, output_dir, threads, peers
+        )
 
     # 3. Inputs, tokenised once.
     source_prefix = _source_prefix(args, data_args, verifier)
@@ -220,6 +233,9 @@ def _run(
 ) -> StrategyRun:
     logger.info("strategy %s", strategy.name)
     size = size or (1 if strategy.batch_one_only else args.batch_size)
+    if strategy.kind == "ctranslate2":
+        worker = models.ct2_workers[strategy.name]
+        return run_ct2_strategy(strategy, worker, models.tokenizer, inputs.batches(size), args.max_new_tokens)
     return run_strategy(
         strategy,
         models.verifier,
@@ -258,14 +274,15 @@ def _time_interleaved(
     """
     groups = inputs.batches(args.batch_size)
     row_groups = single_row_groups(groups, inputs.batches(1))
-    runners = {
-        name: group_runner(
-            models.verifier,
-            row_groups if run.batch_size == 1 else [[group] for group in groups],
-            _generation_kwargs(run.strategy, args, models),
-        )
-        for name, run in runs.items()
-    }
+    runners = {}
+    for name, run in runs.items():
+        run_groups = row_groups if run.batch_size == 1 else [[group] for group in groups]
+        if run.strategy.kind == "ctranslate2":
+            worker = models.ct2_workers[name]
+            runners[name] = ct2_group_runner(worker, models.tokenizer, run_groups, args.max_new_tokens)
+        else:
+            kwargs = _generation_kwargs(run.strategy, args, models)
+            runners[name] = group_runner(models.verifier, run_groups, kwargs)
     logger.info("timed passes: %s", TIMING_SCHEME.format(repeats=args.repeats))
     return time_interleaved(runners, len(groups), args.repeats, device, "timed passes", args.disable_tqdm)
 

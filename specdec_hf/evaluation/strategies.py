@@ -9,6 +9,8 @@ Names:
   only the drafts whose running drafter confidence stays at or above c (`draft_confidence_threshold`); with several
   drafters it runs with each (the result names get `_d<i>`), and `spec_..._d<i>` picks drafter i only;
 * `assisted`: transformers' assisted generation with an autoregressive `assistant_model` (batch size 1 only);
+* `ct2`, `ct2_int8`, `ct2_int8_float32`: the verifier converted to CTranslate2 and decoded greedily by it, with the
+  weights in float32, int8 or int8 with float32 activations (`specdec_hf.evaluation.ctranslate2_peer`; CPU only);
 * `prompt_lookup`: transformers' prompt-lookup decoding (`prompt_lookup_num_tokens`; batch size 1 only). With an
   encoder-decoder model transformers matches n-grams in the decoder's own tokens so far, not in the source.
 """
@@ -34,9 +36,11 @@ __all__ = [
 STRATEGY_NAME_HELP = (
     "greedy, beam, spec_k<k>_b<beta>_t<tau>[_c<confidence threshold>][_d<drafter index>] (e.g. spec_k8_b1_t0, "
     "spec_k10_b5_t3.5, spec_k8_b1_t0_c0.2), "
-    "assisted, prompt_lookup"
+    "assisted, prompt_lookup, ct2, ct2_int8, ct2_int8_float32"
 )
 _PLAIN_KINDS = ("greedy", "beam", "assisted", "prompt_lookup")
+# CTranslate2 strategies: name -> compute type (the weights are converted once, quantised when loaded)
+CT2_COMPUTE_TYPES = {"ct2": "float32", "ct2_int8": "int8", "ct2_int8_float32": "int8_float32"}
 _SPECULATIVE_NAME = re.compile(
     r"^spec_k(?P<k>\d+)_b(?P<beta>\d+)_t(?P<tau>\d+(?:\.\d+)?)(?:_c(?P<confidence>\d+(?:\.\d+)?))?"
     r"(?:_d(?P<drafter>\d+))?$"
@@ -51,10 +55,11 @@ class Strategy:
 
     Args:
         name (`str`): Its name in the config and in every output.
-        kind (`str`): `"greedy"`, `"beam"`, `"speculative"`, `"assisted"` or `"prompt_lookup"`.
+        kind (`str`): `"greedy"`, `"beam"`, `"speculative"`, `"assisted"`, `"prompt_lookup"` or `"ctranslate2"`.
         num_draft_tokens, beta, tau: The speculative settings (k, β, τ); `None` for other kinds.
         confidence_threshold (`float`, *optional*): `draft_confidence_threshold` of a speculative strategy.
         drafter_index (`int`, *optional*): Which of the configured drafters; `None` for other kinds.
+        compute_type (`str`, *optional*): CTranslate2's compute type of a `ctranslate2` strategy.
     """
 
     name: str
@@ -64,6 +69,7 @@ class Strategy:
     tau: float | None = None
     drafter_index: int | None = None
     confidence_threshold: float | None = None
+    compute_type: str | None = None
 
     @property
     def batch_one_only(self) -> bool:
@@ -79,6 +85,8 @@ def parse_strategy(name: str) -> Strategy:
     """
     if name in _PLAIN_KINDS:
         return Strategy(name=name, kind=name)
+    if name in CT2_COMPUTE_TYPES:
+        return Strategy(name=name, kind="ctranslate2", compute_type=CT2_COMPUTE_TYPES[name])
     match = _SPECULATIVE_NAME.match(name)
     if match is None:
         raise ValueError(f"unknown strategy {name!r}; valid names: {STRATEGY_NAME_HELP}.")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
+import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,9 +12,10 @@ from conftest import build_word_tokenizer
 from transformers import MarianConfig, MarianMTModel
 
 from specdec_hf.data.vocabulary_layout import pad_last_permutation, relayout_tokenizer
-from specdec_hf.evaluation import ctranslate2_peer
+from specdec_hf.evaluation import ctranslate2_peer, parse_evaluation_arguments, run_evaluation
 from specdec_hf.evaluation.ctranslate2_peer import CTranslate2Worker, check_marian_layout, convert_verifier
 
+STRATEGIES = ["ct2", "ct2_int8", "ct2_int8_float32"]
 SENTENCES = [
     "Select the cells that you want to copy.",
     "The package contains the documentation.",
@@ -102,3 +105,55 @@ def test_unsupported_compute_type_is_refused(tmp_path):
     pytest.importorskip("ctranslate2")
     with pytest.raises(ValueError, match="compute type 'float64' is not supported"):
         CTranslate2Worker(tmp_path, "float64", threads=1)
+
+
+def _evaluate_argv(tmp_path, model_dir: Path, strategies: list[str]) -> list[str]:
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("".join(json.dumps({"translation": {"en": s, "de": s}}) + "\n" for s in SENTENCES))
+    return [
+        "--verifier_name_or_path", str(model_dir), "--data_files", f"test={data}", "--source_lang", "en",
+        "--target_lang", "de", "--output_dir", str(tmp_path / "out"), "--batch_size", "2", "--max_new_tokens", "12",
+        "--repeats", "1", "--sweep", "false", "--measure_memory", "false", "--device", "cpu", "--num_threads", "1",
+        "--disable_tqdm", "true", "--strategies", *strategies,
+    ]  # fmt: skip
+
+
+def test_evaluate_runs_ct2_strategies_next_to_greedy(tmp_path):
+    pytest.importorskip("ctranslate2")
+    model, tokenizer = marian_pair()
+    model.save_pretrained(tmp_path / "verifier")
+    tokenizer.save_pretrained(tmp_path / "verifier")
+    data = run_evaluation(*parse_evaluation_arguments(_evaluate_argv(tmp_path, tmp_path / "verifier", STRATEGIES)))
+    strategies = data["strategies"]
+    assert set(strategies) == {"greedy", *STRATEGIES}
+    assert strategies["ct2"]["identical_to_greedy"] == 1.0  # float32: the same greedy outputs
+    for name in STRATEGIES:
+        assert strategies[name]["kind"] == "ctranslate2" and strategies[name]["speed"]["speedup"] > 0
+        assert strategies[name]["tokens_per_iteration"] is None
+    assert (tmp_path / "out" / "ctranslate2" / "model.bin").is_file()  # converted into the run's directory
+    assert "| ct2 |" in (tmp_path / "out" / "results.md").read_text()
+
+
+def test_evaluate_refuses_ct2_for_a_pad_first_verifier_before_decoding(tmp_path):
+    pytest.importorskip("ctranslate2")
+    model, tokenizer = marian_pair(pad_last=False)
+    model.save_pretrained(tmp_path / "verifier")
+    tokenizer.save_pretrained(tmp_path / "verifier")
+    with pytest.raises(ValueError, match="<pad> is id 1.*expects it last"):
+        run_evaluation(*parse_evaluation_arguments(_evaluate_argv(tmp_path, tmp_path / "verifier", ["ct2"])))
+    # nothing was decoded
+    assert not list((tmp_path / "out").rglob("*.jsonl")) and not (tmp_path / "out" / "results.json").exists()
+
+
+def test_evaluate_refuses_ct2_without_the_package_or_off_the_cpu(tmp_path, monkeypatch):
+    argv = _evaluate_argv(tmp_path, tmp_path, ["ct2"])
+    with pytest.raises(ValueError, match="run on the CPU"):
+        parse_evaluation_arguments([*argv, "--device", "cuda"])
+    with pytest.raises(ValueError, match="sweep times transformers"):
+        parse_evaluation_arguments([*argv, "--sweep", "true", "--sweep_strategies", "ct2"])
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "ctranslate2" else find_spec(name, *a)
+    )
+    with pytest.raises(ValueError, match=r"strategies \['ct2'\].*pip install 'specdec_hf\[peers\]'"):
+        parse_evaluation_arguments(argv)
