@@ -13,7 +13,9 @@ from specdec_hf.model_files import find_damaged_file, load_pretrained
 @pytest.fixture(scope="module")
 def drafter_dir(tmp_path_factory):
     directory = tmp_path_factory.mktemp("drafter")
-    SpecDrafterModel.from_verifier(build_verifier("bart"), block_size=4, decoder_layers=1).save_pretrained(directory)
+    SpecDrafterModel.from_verifier(build_verifier("bart"), max_draft_tokens=4, decoder_layers=1).save_pretrained(
+        directory
+    )
     return directory
 
 

@@ -145,7 +145,7 @@ def test_wheel_builds_without_warnings_and_generates_installed_outside_the_repos
             init_std=0.2, forced_eos_token_id=None,
         )
         verifier = BartForConditionalGeneration(config).eval()
-        drafter = SpecDrafterModel.from_verifier(verifier, block_size=4, decoder_layers=1).eval()
+        drafter = SpecDrafterModel.from_verifier(verifier, max_draft_tokens=4, decoder_layers=1).eval()
         inputs = torch.randint(4, 99, (2, 9))
         greedy = verifier.generate(inputs, do_sample=False, max_new_tokens=12)
         speculative = enable_speculative_decoding(verifier).generate(

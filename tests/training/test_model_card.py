@@ -15,7 +15,7 @@ METRICS = {"tokens_per_iteration": 2.345678, "accuracy_by_position": [0.9, 0.5, 
 
 @pytest.fixture(scope="module")
 def drafter() -> SpecDrafterModel:
-    return SpecDrafterModel.from_verifier(build_verifier("bart"), block_size=4, decoder_layers=1)
+    return SpecDrafterModel.from_verifier(build_verifier("bart"), max_draft_tokens=4, decoder_layers=1)
 
 
 def test_card_round_trips_with_the_evaluation_as_metadata(tmp_path, drafter):
