@@ -4,12 +4,15 @@ The verifier is converted once by CTranslate2's own `TransformersConverter` and 
 of its own. Two reasons for the process: CTranslate2 ships its own OpenMP runtime, whose threads keep spinning after
 each call and slow the torch work that follows in the same process; and in the worker they are told not to spin
 (`OMP_WAIT_POLICY=PASSIVE`), so that they do not slow the torch strategies timed right after them either. The worker
-times each batch itself, so the pipe between the processes is not in the figures.
+times each batch itself, and the interleaved timing counts those seconds, so the pipe between the processes is not in
+the figures.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import json
 import multiprocessing
 import os
 import time
@@ -26,7 +29,8 @@ __all__ = [
     "CTranslate2Worker",
     "check_ctranslate2_available",
     "check_marian_layout",
-    "ct2_group_runner",
+    "ct2_group_measure",
+    "decoding_options",
     "convert_verifier",
     "run_ct2_strategy",
     "start_ct2_workers",
@@ -75,7 +79,7 @@ def check_marian_layout(verifier) -> None:
 def convert_verifier(model_dir: str | Path, output_dir: str | Path) -> Path:
     """
     Converts a saved verifier (model + tokenizer in `model_dir`) with CTranslate2's `TransformersConverter`, once:
-    an existing conversion in `output_dir` is reused.
+    a conversion in `output_dir` made from the same files (`converted_from.json`) is reused.
 
     Returns:
         `Path`: the converted model's directory.
@@ -84,13 +88,63 @@ def convert_verifier(model_dir: str | Path, output_dir: str | Path) -> Path:
     from ctranslate2.converters import TransformersConverter
 
     output_dir = Path(output_dir)
-    if (output_dir / "model.bin").is_file():
+    source = _conversion_source(model_dir)
+    marker = output_dir / "converted_from.json"
+    if (output_dir / "model.bin").is_file() and marker.is_file() and json.loads(marker.read_text()) == source:
         return output_dir
     TransformersConverter(str(model_dir)).convert(str(output_dir), force=True)
+    marker.write_text(json.dumps(source) + "\n", encoding="utf-8")
     return output_dir
 
 
-def _worker_main(connection, model_dir: str, compute_type: str, threads: int) -> None:
+def _conversion_source(model_dir: str | Path) -> dict[str, str]:
+    """What a conversion was made from: the path, and a digest of its config and weights files' sizes and times."""
+    path = Path(model_dir)
+    files = sorted(path.glob("*")) if path.is_dir() else []
+    fingerprint = hashlib.sha256()
+    for file in files:
+        if file.is_file():
+            stat = file.stat()
+            fingerprint.update(f"{file.name}:{stat.st_size}:{stat.st_mtime_ns};".encode())
+    return {"model": str(path.resolve()) if path.exists() else str(model_dir), "files": fingerprint.hexdigest()}
+
+
+def decoding_options(verifier, tokenizer) -> dict[str, Any]:
+    """
+    CTranslate2's `translate_batch` options that decode like the verifier's greedy `generate()`.
+
+    Single-token bans (`bad_words_ids`, e.g. OPUS-MT's `[[pad]]`) become `suppress_sequences`; `forced_eos_token_id`
+    (which only acts at the length limit) is the one setting left out, so a row that reaches `max_new_tokens` may end
+    differently.
+
+    Raises:
+        ValueError: naming the generation settings CTranslate2 would not apply the same way.
+    """
+    config = verifier.generation_config
+    unsupported = {
+        name: getattr(config, name, None)
+        for name in ("forced_bos_token_id", "no_repeat_ngram_size", "repetition_penalty", "min_length",
+                     "min_new_tokens", "suppress_tokens", "begin_suppress_tokens", "sequence_bias")
+    }  # fmt: skip
+    unsupported = {name: value for name, value in unsupported.items() if value not in (None, 0, 1.0, [], {})}
+    bad_words = getattr(config, "bad_words_ids", None) or []
+    if any(len(sequence) != 1 for sequence in bad_words):
+        unsupported["bad_words_ids"] = bad_words
+    if unsupported:
+        raise ValueError(
+            f"the ct2 strategies decode greedily without the verifier's generation settings {unsupported}, so their "
+            "outputs would not be comparable with greedy generate(): evaluate a verifier without them."
+        )
+    options: dict[str, Any] = {"beam_size": 1, "return_end_token": True}
+    # CTranslate2's Marian vocabulary has no <pad> at all (its converter drops the last id), so it cannot emit it
+    pad = verifier.config.pad_token_id if verifier.config.model_type == "marian" else None
+    banned = [sequence for sequence in bad_words if list(sequence) != [pad]]
+    if banned:
+        options["suppress_sequences"] = [tokenizer.convert_ids_to_tokens(sequence) for sequence in banned]
+    return options
+
+
+def _worker_main(connection, model_dir: str, compute_type: str, threads: int, options: dict[str, Any]) -> None:
     import ctranslate2
 
     translator = ctranslate2.Translator(model_dir, device="cpu", compute_type=compute_type, intra_threads=threads)
@@ -101,9 +155,7 @@ def _worker_main(connection, model_dir: str, compute_type: str, threads: int) ->
             break
         sources, max_decoding_length = message
         start = time.perf_counter()
-        results = translator.translate_batch(
-            sources, beam_size=1, max_decoding_length=max_decoding_length, return_end_token=True
-        )
+        results = translator.translate_batch(sources, max_decoding_length=max_decoding_length, **options)
         seconds = time.perf_counter() - start
         connection.send(([result.hypotheses[0] for result in results], seconds))
 
@@ -116,12 +168,13 @@ class CTranslate2Worker:
         model_dir (`str` or `Path`): A converted model (`convert_verifier`).
         compute_type (`str`): `float32`, `int8`, `int8_float32`, ... (`ctranslate2.get_supported_compute_types`).
         threads (`int`): CTranslate2's intra-op threads.
+        options (`dict`, *optional*): `translate_batch` options (`decoding_options`); default greedy.
 
     Use as a context manager; `translate(sources, max_decoding_length)` returns the greedy hypotheses (token strings,
     ending with the end token where decoding ended there) and the seconds CTranslate2 took.
     """
 
-    def __init__(self, model_dir: str | Path, compute_type: str, threads: int):
+    def __init__(self, model_dir: str | Path, compute_type: str, threads: int, options: dict[str, Any] | None = None):
         check_ctranslate2_available()
         import ctranslate2
 
@@ -131,6 +184,7 @@ class CTranslate2Worker:
                 f"CTranslate2 compute type {compute_type!r} is not supported on this CPU ({sorted(supported)})"
             )
         self.model_dir, self.compute_type, self.threads = str(model_dir), compute_type, threads
+        self.options = options or {"beam_size": 1, "return_end_token": True}
         self._process: Any = None
         self._connection: Any = None
 
@@ -142,9 +196,8 @@ class CTranslate2Worker:
         os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
         os.environ["OMP_NUM_THREADS"] = str(self.threads)
         try:
-            self._process = context.Process(
-                target=_worker_main, args=(child, self.model_dir, self.compute_type, self.threads), daemon=True
-            )
+            arguments = (child, self.model_dir, self.compute_type, self.threads, self.options)
+            self._process = context.Process(target=_worker_main, args=arguments, daemon=True)
             self._process.start()
         finally:
             for name, value in saved.items():
@@ -152,38 +205,64 @@ class CTranslate2Worker:
                     os.environ.pop(name, None)
                 else:
                     os.environ[name] = value
-        if self._connection.recv() != "ready":
-            raise RuntimeError("the CTranslate2 worker did not start")
+        child.close()  # the child's end lives in the child only: its death then ends our recv() with EOFError
+        try:
+            ready = self._connection.recv()
+        except EOFError:
+            ready = None
+        if ready != "ready":
+            self._stop()
+            raise RuntimeError(
+                f"the CTranslate2 worker for {self.model_dir} ({self.compute_type}) did not start: see its error above"
+            )
         return self
 
     def translate(self, sources: list[list[str]], max_decoding_length: int) -> tuple[list[list[str]], float]:
         """Greedy hypotheses of a batch of tokenised sources, and CTranslate2's own seconds for it."""
         self._connection.send((sources, max_decoding_length))
-        return self._connection.recv()
+        try:
+            return self._connection.recv()
+        except EOFError:
+            raise RuntimeError(f"the CTranslate2 worker ({self.compute_type}) stopped: see its error above") from None
 
     def __exit__(self, *exc_info) -> None:
-        if self._process is not None:
+        self._stop()
+
+    def _stop(self) -> None:
+        if self._process is None:
+            return
+        try:
             self._connection.send(None)
-            self._process.join(timeout=10)
-            if self._process.is_alive():
-                self._process.kill()
-            self._process = None
+        except (BrokenPipeError, OSError):  # the worker is already gone
+            pass
+        self._process.join(timeout=10)
+        if self._process.is_alive():
+            self._process.kill()
+        self._process = None
 
 
 def start_ct2_workers(
-    strategies: Sequence[Strategy], verifier, model_dir: str, output_dir: Path, threads: int, stack: ExitStack
+    strategies: Sequence[Strategy],
+    verifier,
+    tokenizer,
+    model_dir: str,
+    output_dir: Path,
+    threads: int,
+    stack: ExitStack,
 ) -> dict[str, CTranslate2Worker]:
     """
     Converts the verifier once (into `output_dir/ctranslate2`) and starts one worker per CTranslate2 strategy; the
     workers stop when `stack` closes.
 
     Raises:
-        ValueError: when the verifier's layout is one CTranslate2 cannot convert (`check_marian_layout`).
+        ValueError: when the verifier's layout is one CTranslate2 cannot convert (`check_marian_layout`), or its
+            generation settings ones CTranslate2 would not apply (`decoding_options`).
     """
     check_marian_layout(verifier)
+    options = decoding_options(verifier, tokenizer)
     converted = convert_verifier(model_dir, output_dir / "ctranslate2")
     return {
-        strategy.name: stack.enter_context(CTranslate2Worker(converted, strategy.compute_type, threads))
+        strategy.name: stack.enter_context(CTranslate2Worker(converted, strategy.compute_type, threads, options))
         for strategy in strategies
     }
 
@@ -197,16 +276,17 @@ def _sources(tokenizer, batch: Batch) -> list[list[str]]:
     ]
 
 
-def ct2_group_runner(
+def ct2_group_measure(
     worker: CTranslate2Worker, tokenizer, groups: Sequence[Sequence[Batch]], max_new_tokens: int
-) -> Callable[[int], list]:
-    """`run(g)`: decode the batches of `groups[g]` with the worker, the unit of the interleaved timing."""
+) -> Callable[[int], float]:
+    """`measure(g)`: decode the batches of `groups[g]` with the worker; CTranslate2's own seconds for them (the pipe
+    to the worker process left out), the unit of the interleaved timing."""
     sources = [[_sources(tokenizer, batch) for batch in group] for group in groups]
 
-    def run(group: int) -> list:
-        return [worker.translate(batch, max_new_tokens)[0] for batch in sources[group]]
+    def measure(group: int) -> float:
+        return sum(worker.translate(batch, max_new_tokens)[1] for batch in sources[group])
 
-    return run
+    return measure
 
 
 def run_ct2_strategy(

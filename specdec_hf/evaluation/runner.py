@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import random
 from pathlib import Path
@@ -27,9 +28,9 @@ from ..data.loading import DataArguments, load_text_pairs
 from ..data.tokenization import default_source_prefix
 from .arguments import EvaluationArguments
 from .batching import Batch, encode_sources, make_batches, single_row_groups
-from .ctranslate2_peer import ct2_group_runner, run_ct2_strategy, start_ct2_workers
+from .ctranslate2_peer import ct2_group_measure, run_ct2_strategy, start_ct2_workers
 from .execution import StrategyRun, count_generated_tokens, group_runner, run_strategy
-from .interleaved import time_interleaved
+from .interleaved import interleave, time_interleaved
 from .loading import EvaluationModels, load_models, resolve_device
 from .machine import check_machine_load
 from .metrics import corpus_quality, fraction_identical
@@ -47,6 +48,7 @@ from .results import (
 )
 from .strategies import Strategy, generation_kwargs
 from .sweep import plot_latency_throughput, run_sweep
+from .timing import timed
 
 __all__ = ["run_evaluation"]
 
@@ -151,7 +153,7 @@ def _evaluate(args: EvaluationArguments, data_args: DataArguments, peers: contex
     if ct2_strategies:
         threads = args.num_threads or torch.get_num_threads()
         models.ct2_workers = start_ct2_workers(
-            ct2_strategies, verifier, args.verifier_name_or_path, output_dir, threads, peers
+            ct2_strategies, verifier, tokenizer, args.verifier_name_or_path, output_dir, threads, peers
         )
 
     # 3. Inputs, tokenised once.
@@ -274,17 +276,21 @@ def _time_interleaved(
     """
     groups = inputs.batches(args.batch_size)
     row_groups = single_row_groups(groups, inputs.batches(1))
-    runners = {}
+    measures = {}
     for name, run in runs.items():
         run_groups = row_groups if run.batch_size == 1 else [[group] for group in groups]
-        if run.strategy.kind == "ctranslate2":
+        if run.strategy.kind == "ctranslate2":  # the worker's own seconds: the pipe to its process left out
             worker = models.ct2_workers[name]
-            runners[name] = ct2_group_runner(worker, models.tokenizer, run_groups, args.max_new_tokens)
+            measures[name] = ct2_group_measure(worker, models.tokenizer, run_groups, args.max_new_tokens)
         else:
-            kwargs = _generation_kwargs(run.strategy, args, models)
-            runners[name] = group_runner(models.verifier, run_groups, kwargs)
+            runner = group_runner(models.verifier, run_groups, _generation_kwargs(run.strategy, args, models))
+            measures[name] = functools.partial(_wall_time, runner, device)
     logger.info("timed passes: %s", TIMING_SCHEME.format(repeats=args.repeats))
-    return time_interleaved(runners, len(groups), args.repeats, device, "timed passes", args.disable_tqdm)
+    return interleave(measures, len(groups), args.repeats, "timed passes", args.disable_tqdm)
+
+
+def _wall_time(run, device: torch.device, group: int) -> float:
+    return timed(lambda: run(group), device)[0]
 
 
 def _score(

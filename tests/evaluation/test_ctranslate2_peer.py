@@ -13,7 +13,12 @@ from transformers import MarianConfig, MarianMTModel
 
 from specdec_hf.data.vocabulary_layout import pad_last_permutation, relayout_tokenizer
 from specdec_hf.evaluation import ctranslate2_peer, parse_evaluation_arguments, run_evaluation
-from specdec_hf.evaluation.ctranslate2_peer import CTranslate2Worker, check_marian_layout, convert_verifier
+from specdec_hf.evaluation.ctranslate2_peer import (
+    CTranslate2Worker,
+    check_marian_layout,
+    convert_verifier,
+    decoding_options,
+)
 
 STRATEGIES = ["ct2", "ct2_int8", "ct2_int8_float32"]
 SENTENCES = [
@@ -157,3 +162,35 @@ def test_evaluate_refuses_ct2_without_the_package_or_off_the_cpu(tmp_path, monke
     )
     with pytest.raises(ValueError, match=r"strategies \['ct2'\].*pip install 'specdec_hf\[peers\]'"):
         parse_evaluation_arguments(argv)
+
+
+def test_a_worker_that_cannot_start_fails_at_once(tmp_path):
+    pytest.importorskip("ctranslate2")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(RuntimeError, match="did not start"), CTranslate2Worker(tmp_path / "empty", "float32", 1):
+        pass
+
+
+def test_a_conversion_of_other_weights_is_not_reused(tmp_path):
+    pytest.importorskip("ctranslate2")
+    model, tokenizer = marian_pair()
+    model.save_pretrained(tmp_path / "verifier")
+    tokenizer.save_pretrained(tmp_path / "verifier")
+    converted = convert_verifier(tmp_path / "verifier", tmp_path / "ct2")
+    first = (converted / "model.bin").stat().st_mtime_ns
+    assert (convert_verifier(tmp_path / "verifier", tmp_path / "ct2") / "model.bin").stat().st_mtime_ns == first
+    with torch.no_grad():
+        model.lm_head.weight.mul_(2.0)
+    model.save_pretrained(tmp_path / "verifier")  # new weights in the same directory: converted again
+    assert (convert_verifier(tmp_path / "verifier", tmp_path / "ct2") / "model.bin").stat().st_mtime_ns != first
+
+
+def test_decoding_options_ban_like_the_verifier_and_refuse_what_ct2_would_not_apply():
+    model, tokenizer = marian_pair()
+    # <pad> is not in CTranslate2's Marian vocabulary (it cannot be emitted); other single-token bans carry over
+    model.generation_config.bad_words_ids = [[model.config.pad_token_id], [5]]
+    options = decoding_options(model, tokenizer)
+    assert options["suppress_sequences"] == [tokenizer.convert_ids_to_tokens([5])] and options["beam_size"] == 1
+    model.generation_config.repetition_penalty = 1.3
+    with pytest.raises(ValueError, match="repetition_penalty"):
+        decoding_options(model, tokenizer)
