@@ -44,8 +44,9 @@ def estimate_shape(
 
     Returns:
         `dict` with the shape's figures: `parameters`, `greedy_ms_per_token`, `costs` (per k: the split in
-        milliseconds and in greedy steps, the profile's Tok. and projected speed-up), `grid` (per k and Tok.), `best_k`
-        and `validation` (the direct runs: measured and projected speed-up, Tok., outputs differing from greedy).
+        milliseconds and in greedy steps, the profile's Tok. and projected speed-up), `grid` (per k and Tok.), `best_k`,
+        `curve_at_best_k` ((Tok., speed-up) points) and `validation` (the direct runs: measured and projected
+        speed-up, Tok., outputs differing from greedy).
     """
     if not num_draft_tokens_values or min(num_draft_tokens_values) < 1:
         raise ValueError(f"every k must be at least 1, got {list(num_draft_tokens_values)}")
@@ -62,13 +63,12 @@ def estimate_shape(
         costs[num_draft_tokens], wrong = measure_iteration_cost(models, profile, num_draft_tokens, settings)
         mismatches += wrong
 
-    def speculative_time(num_draft_tokens: int, tokens: float) -> float:
-        cost = costs[num_draft_tokens]
-        return sentences * cost.fixed_s + new_tokens / tokens * cost.iteration_s
-
     # the profile's expected Tok. per k (EOS and the length limit aside); the calibration runs' own is shown too
     expected = {k: profile.tokens_per_iteration(k) for k in num_draft_tokens_values}
-    best_k = min(num_draft_tokens_values, key=lambda k: speculative_time(k, expected[k]))
+    # the fastest k for the profile (greedy's time is a common factor: 1.0 stands for it)
+    best_k = max(
+        num_draft_tokens_values, key=lambda k: predicted_speedup(1.0, costs[k], sentences, new_tokens, expected[k])
+    )
     largest_k = max(num_draft_tokens_values)
     direct = time_direct_runs(
         models, {"profile": (profile, best_k), "perfect": (AcceptanceProfile.perfect(), largest_k)}, settings
@@ -99,6 +99,11 @@ def estimate_shape(
         }
         for num_draft_tokens, cost in costs.items()
     }
+    best = costs[best_k]
+    curve = [
+        (tokens, predicted_speedup(greedy_s, best, sentences, new_tokens, tokens))
+        for tokens in (1 + best_k * step / 100 for step in range(101))
+    ]
     validation = {}
     for run, num_draft_tokens in (("profile", best_k), ("perfect", largest_k)):
         speedups = paired_speedups(direct["greedy"]["times_s"], direct[run]["times_s"])
@@ -127,6 +132,7 @@ def estimate_shape(
         "costs": cost_rows,
         "grid": grid,
         "best_k": best_k,
+        "curve_at_best_k": curve,
         "validation": validation,
         "calibration_mismatches": mismatches,
     }

@@ -86,8 +86,9 @@ class IterationCost:
         verify_s (`float`): One verifier forward over `[last token, d_1..d_k]` (LM head included).
         drafter_s (`float`): One drafter call (`propose`).
         loop_s (`float`): The rest of an iteration: the loop's own work (acceptance, bookkeeping, the oracle's
-            token swap) and `generate()`'s per-call set-up spread over the iterations.
-        fixed_s (`float`): Per sentence: the verifier's encoder and the drafter's `init_drafting_state`.
+            token swap).
+        fixed_s (`float`): Per sentence: the verifier's encoder, the drafter's `init_drafting_state` and
+            `generate()`'s set-up and wrap-up.
         tokens_per_iteration (`float`): The Tok. the calibration runs reached.
     """
 
@@ -205,12 +206,16 @@ def speculative_run(
     num_draft_tokens: int,
     settings: MeasurementSettings,
     drafter=None,
+    max_new_tokens: int | None = None,
 ):
     """One speculative `generate()` of sentence `index` with the oracle (`drafter`: what the oracle wraps)."""
     oracle = _oracle(models, drafter or models.drafter, index, profile, num_draft_tokens, settings.seed)
+    kwargs = _greedy_kwargs(settings)
+    if max_new_tokens is not None:
+        kwargs["max_new_tokens"] = max_new_tokens
     return models.verifier.generate(
         **models.sources[index],
-        **_greedy_kwargs(settings),
+        **kwargs,
         custom_generate=speculative_generate,
         drafter=oracle,
         num_draft_tokens=num_draft_tokens,
@@ -218,46 +223,62 @@ def speculative_run(
     )
 
 
+def _instrumented_pass(
+    models: ShapeModels, profile: AcceptanceProfile, num_draft_tokens: int, settings: MeasurementSettings, **kwargs
+) -> tuple[dict[str, float], int]:
+    """Every sentence once with timers: wall, encoder, verifications, drafter set-up and calls, iterations, tokens;
+    and how many outputs differ from greedy (with the default length)."""
+    device = torch.device(settings.device)
+    verifier = models.verifier
+    timed_drafter = TimedDrafter(models.drafter, device)
+    totals = dict.fromkeys(("wall", "iterations", "tokens"), 0.0)
+    mismatches = 0
+    with ModuleTimer([verifier.get_encoder()], device) as encoder, ModuleTimer([verifier], device) as forward:
+        for index in range(len(models.sources)):
+            run = functools.partial(
+                speculative_run, models, index, profile, num_draft_tokens, settings, drafter=timed_drafter, **kwargs
+            )
+            seconds, output = timed(run, device)
+            totals["wall"] += seconds
+            totals["iterations"] += sum(output.speculative_stats.iterations)
+            totals["tokens"] += sum(output.speculative_stats.generated_tokens)
+            if not kwargs:
+                mismatches += int(not torch.equal(output.sequences.cpu(), models.references[index]))
+    totals["encoder"], totals["verify"], totals["verify_calls"] = encoder.total_s, forward.total_s, forward.calls[0]
+    totals["drafter_init"] = timed_drafter.total_s - timed_drafter.propose_s
+    totals["propose"], totals["propose_calls"] = timed_drafter.propose_s, timed_drafter.propose_calls
+    return totals, mismatches
+
+
 def measure_iteration_cost(
     models: ShapeModels, profile: AcceptanceProfile, num_draft_tokens: int, settings: MeasurementSettings
 ) -> tuple[IterationCost, int]:
     """
-    The cost split of an iteration at `num_draft_tokens` drafts, from instrumented runs over every sentence (the median
-    over `settings.calibration_rounds` rounds of each part).
+    The cost split of an iteration at `num_draft_tokens` drafts, from instrumented runs over every sentence (the
+    median over `settings.calibration_rounds` rounds of each part).
+
+    `generate()`'s own set-up and wrap-up are paid once per sentence, not per iteration: they are measured by a run of
+    one new token (one verification of one token, no drafter call) and counted in the fixed cost, so that the
+    projection does not scale them with the number of iterations.
 
     Returns:
-        The `IterationCost` and how many of the sentences' outputs differed from greedy.
+        The `IterationCost` and how many outputs differed from greedy, over all rounds.
     """
-    device = torch.device(settings.device)
-    verifier = models.verifier
     parts: dict[str, list[float]] = {"verify": [], "drafter": [], "loop": [], "fixed": [], "tok": []}
     mismatches = 0
+    sentences = len(models.sources)
     for _ in range(settings.calibration_rounds):
-        timed_drafter = TimedDrafter(models.drafter, device)
-        totals = dict.fromkeys(("wall", "encoder", "verify", "verify_calls", "iterations", "tokens"), 0.0)
-        with ModuleTimer([verifier.get_encoder()], device) as encoder, ModuleTimer([verifier], device) as forward:
-            for index in range(len(models.sources)):
-                run = functools.partial(
-                    speculative_run, models, index, profile, num_draft_tokens, settings, drafter=timed_drafter
-                )
-                seconds, output = timed(run, device)
-                totals["wall"] += seconds
-                stats = output.speculative_stats
-                totals["iterations"] += sum(stats.iterations)
-                totals["tokens"] += sum(stats.generated_tokens)
-                mismatches += int(not torch.equal(output.sequences.cpu(), models.references[index]))
-            totals["encoder"], totals["verify"], totals["verify_calls"] = (
-                encoder.total_s,
-                forward.total_s,
-                forward.calls[0],
-            )
+        totals, wrong = _instrumented_pass(models, profile, num_draft_tokens, settings)
+        mismatches += wrong
+        one, _ = _instrumented_pass(models, profile, num_draft_tokens, settings, max_new_tokens=1)
+        # per sentence: all of the one-token run but its encoder, drafter set-up and single verification
+        per_call = max(0.0, one["wall"] - one["encoder"] - one["drafter_init"] - one["verify"]) / sentences
         iterations = totals["iterations"]
-        init_s = timed_drafter.total_s - timed_drafter.propose_s
         parts["verify"].append(totals["verify"] / totals["verify_calls"])
-        parts["drafter"].append(timed_drafter.propose_s / max(timed_drafter.propose_calls, 1))
-        rest = totals["wall"] - totals["encoder"] - init_s - totals["verify"] - timed_drafter.propose_s
-        parts["loop"].append(rest / iterations)
-        parts["fixed"].append((totals["encoder"] + init_s) / len(models.sources))
+        parts["drafter"].append(totals["propose"] / max(totals["propose_calls"], 1))
+        rest = totals["wall"] - totals["encoder"] - totals["drafter_init"] - totals["verify"] - totals["propose"]
+        parts["loop"].append(max(0.0, rest - sentences * per_call) / iterations)
+        parts["fixed"].append((totals["encoder"] + totals["drafter_init"]) / sentences + per_call)
         parts["tok"].append(totals["tokens"] / iterations)
     cost = IterationCost(
         num_draft_tokens=num_draft_tokens,
@@ -267,7 +288,7 @@ def measure_iteration_cost(
         fixed_s=median(parts["fixed"]),
         tokens_per_iteration=median(parts["tok"]),
     )
-    return cost, mismatches // settings.calibration_rounds
+    return cost, mismatches
 
 
 def time_direct_runs(

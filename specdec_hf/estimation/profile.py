@@ -98,19 +98,23 @@ class AcceptanceProfile:
         """
         From a speculative run's counters (`speculative_stats.accepted_at_position` / `drafted_at_position`).
 
-        The draft at position i is verified only after drafts 1..i-1 were accepted (or the row's budget ends), so
-        `accepted[i] / accepted[i-1]` estimates `c_i` (and `accepted[1] / drafted[1]` estimates `c_1`).
+        Draft i is judged only in iterations that accepted drafts 1..i-1 and verified a draft at i (a row's length
+        budget or a confidence threshold can stop verification earlier). The counters do not pair the two per
+        iteration, so `c_i` is estimated as `accepted[i] / min(accepted[i-1], drafted[i])`: exact when no iteration
+        stopped short of k except by rejection or when the budget cut only iterations that accepted everything
+        (the usual end of a sentence), an upper bound otherwise.
         """
         if len(accepted_at_position) != len(drafted_at_position) or not drafted_at_position:
             raise ValueError(f"{source}: accepted_at_position and drafted_at_position must be non-empty and as long")
         if not drafted_at_position[0]:
             raise ValueError(f"{source}: no draft was verified, so there is no acceptance to read")
-        rates, previous = [], drafted_at_position[0]
-        for accepted in accepted_at_position:
-            if previous == 0:
+        rates, reached = [], drafted_at_position[0]
+        for position, accepted in enumerate(accepted_at_position):
+            if position > 0:
+                reached = min(accepted_at_position[position - 1], drafted_at_position[position])
+            if reached == 0:
                 break
-            rates.append(min(accepted / previous, 1.0))
-            previous = accepted
+            rates.append(min(accepted / reached, 1.0))
         return cls(tuple(rates), source=source)
 
     @classmethod

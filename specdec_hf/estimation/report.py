@@ -95,15 +95,8 @@ def plot_speedup_curves(results: Sequence[dict[str, Any]], path: Path) -> Path:
 
     figure, axes = plt.subplots(figsize=(7, 4.5))
     for result in results:
-        num_draft_tokens = result["best_k"]
-        costs = result["costs"][num_draft_tokens]
-        steps = 200
-        tokens = [1 + num_draft_tokens * i / steps for i in range(steps + 1)]
-        greedy_s = result["greedy_ms_per_token"] * result["new_tokens"] / 1000
-        fixed_s = costs["ms"]["fixed_per_sentence"] / 1000 * result["sentences"]
-        iteration_s = sum(costs["ms"][part] for part in ("verify", "drafter", "loop")) / 1000
-        speedups = [greedy_s / (fixed_s + result["new_tokens"] / t * iteration_s) for t in tokens]
-        (line,) = axes.plot(tokens, speedups, label=f"{result['shape']} (k={num_draft_tokens})")
+        tokens, speedups = zip(*result["curve_at_best_k"], strict=True)
+        (line,) = axes.plot(tokens, speedups, label=f"{result['shape']} (k={result['best_k']})")
         run = result["validation"]["profile"]
         axes.plot([run["tokens_per_iteration"]], [run["measured_speedup"]], "o", color=line.get_color())
     axes.axhline(1.0, color="grey", linewidth=0.8)

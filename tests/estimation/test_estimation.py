@@ -157,6 +157,14 @@ def test_oracle_accepts_exactly_the_drawn_counts(tiny_models):
     assert output.speculative_stats.accepted_tokens == [expected_accepted]
 
 
+def test_profile_read_from_a_real_run_of_perfect_drafts_is_perfect(tiny_models):
+    """The length budget cuts the last iteration short; that must not read as rejections."""
+    stats = speculative_run(tiny_models, 0, AcceptanceProfile.perfect(), 4, SETTINGS).speculative_stats
+    assert stats.drafted_at_position != [stats.drafted_at_position[0]] * 4  # the budget did cut an iteration
+    profile = AcceptanceProfile.from_counts(stats.accepted_at_position, stats.drafted_at_position, "run")
+    assert profile.rates == (1.0, 1.0, 1.0, 1.0)
+
+
 def test_recommended_drafter_reads_three_verifier_layers_and_refuses_k_beyond_it(tiny_models):
     drafter = tiny_models.drafter
     assert drafter.config.verifier_state_layers == [1, 2, 3]
@@ -188,6 +196,10 @@ def test_estimate_shape_returns_costs_grid_and_validation(tiny_dir):
     for run in result["validation"].values():
         assert run["mismatches"] == 0 and run["measured_speedup"] > 0 and run["projected_speedup"] > 0
     assert result["calibration_mismatches"] == 0
+    for row in result["costs"].values():  # every part of an iteration and the per-sentence cost measured, not negative
+        assert all(value >= 0 for value in row["ms"].values()) and row["ms"]["fixed_per_sentence"] > 0
+    tokens, speedups = zip(*result["curve_at_best_k"], strict=True)
+    assert tokens[0] == 1.0 and tokens[-1] == result["best_k"] + 1 and list(speedups) == sorted(speedups)
     assert (
         result["validation"]["perfect"]["tokens_per_iteration"]
         > result["validation"]["profile"]["tokens_per_iteration"]
