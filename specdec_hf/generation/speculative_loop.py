@@ -43,6 +43,7 @@ from ..acceptance import (
 )
 from ..drafting import Drafter
 from .processor_gating import apply_to_every_position, is_position_independent, processors_acting_on
+from .proposal_checks import check_proposal
 from .stats import SpeculativeDecodingStats
 
 __all__ = [
@@ -283,7 +284,16 @@ def draft(
     if verifier_states is not None:
         verifier_states = verifier_states[:, :longest]
     proposal = drafter.propose(context.drafter_state, committed[:, :longest], batch.lengths, k, verifier_states)
-    _check_draft_ids(proposal.draft_ids, committed.shape[0], k)
+    check_proposal(
+        proposal,
+        drafter,
+        committed.shape[0],
+        k,
+        config.vocab_size,
+        first_call=stats.drafter_calls == 0,
+        do_sample=config.do_sample,
+        confidence_threshold=config.confidence_threshold,
+    )
     context.drafter_state = proposal.state
     drafts = proposal.draft_ids[:, :k].to(committed.device)
     stats.drafter_calls += 1
@@ -300,7 +310,6 @@ def draft(
     confidence = proposal.confidence()
     if confidence is None:
         return drafts, proposal_q, None
-    _check_confidence(confidence, committed.shape[0], k)
     verify_counts = confident_draft_counts(confidence[:, :k].to(committed.device), config.confidence_threshold)
     # verify only as far as the most confident row needs; the others stop at their own count
     k = int(verify_counts.max())
@@ -321,22 +330,6 @@ def confident_draft_counts(confidence: torch.FloatTensor, threshold: float) -> t
     """
     confident = torch.cumprod(confidence.float(), dim=1) >= threshold
     return count_accepted(confident).clamp(min=1)
-
-
-def _check_draft_ids(draft_ids: torch.LongTensor, rows: int, k: int) -> None:
-    """A drafter must return at least k drafts per active row; fewer would misalign verification silently."""
-    shape = tuple(draft_ids.shape)
-    if len(shape) != 2 or shape[0] != rows or shape[1] < k:
-        raise ValueError(
-            f"The drafter returned draft_ids of shape {shape}; expected ({rows}, {k}) (rows, num_draft_tokens)."
-        )
-
-
-def _check_confidence(confidence: torch.FloatTensor, rows: int, k: int) -> None:
-    if confidence.dim() != 2 or confidence.shape[0] != rows or confidence.shape[1] < k:
-        raise ValueError(
-            f"The drafter returned draft_confidence of shape {tuple(confidence.shape)}; expected ({rows}, {k})."
-        )
 
 
 def verify(
