@@ -73,7 +73,7 @@ from specdec_hf import (  # noqa: E402
 )
 from specdec_hf import prepacked_linear as prepacked_linear_module  # noqa: E402
 from specdec_hf.data import DataArguments, load_text_pairs  # noqa: E402
-from specdec_hf.distillation import distill  # noqa: E402
+from specdec_hf.distillation import DistillationSettings, distill  # noqa: E402
 from specdec_hf.distillation import main as distillation_main  # noqa: E402
 from specdec_hf.evaluation import parse_evaluation_arguments  # noqa: E402
 from specdec_hf.generation import as_drafter  # noqa: E402
@@ -210,9 +210,7 @@ class Workspace:
             marian,
             tokenizer,
             pairs.select(range(48)),
-            root / "distilled",
-            batch_size=16,
-            max_new_tokens=10,
+            DistillationSettings(output_dir=str(root / "distilled"), batch_size=16, max_new_tokens=10),
             progress=False,
         )
         self.files = root / "files"
@@ -309,7 +307,7 @@ class FaultyDrafter(Drafter):
 
     def __init__(self, inner: SpecDrafterModel, fault: str, vocab_size=None):
         self.inner, self.fault = as_drafter(inner), fault
-        self.vocab_size = inner.vocab_size if vocab_size is None else vocab_size
+        self.vocab_size = self.inner.vocab_size if vocab_size is None else vocab_size
         self.num_draft_tokens = self.inner.num_draft_tokens
 
     def init_drafting_state(self, input_ids, attention_mask, encoder_hidden_states):

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 from transformers import EncoderDecoderCache
 from transformers.generation.logits_process import LogitsProcessorList
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria, StoppingCriteriaList
@@ -62,6 +63,10 @@ __all__ = [
 ]
 
 
+# new tokens the sequence buffer holds room for at the start; longer generations grow it
+_INITIAL_NEW_TOKENS = 256
+
+
 @dataclass
 class SpeculativeLoopConfig:
     """Settings of one speculative decoding run (already validated)."""
@@ -94,7 +99,8 @@ class Rows:
     """The batch as the loop tracks it: every row's committed tokens, and which rows are still decoding.
 
     Args:
-        sequences (`torch.LongTensor` of shape `(batch_size, max_length + k + 1)`): Committed tokens, pad after.
+        sequences (`torch.LongTensor` of shape `(batch_size, capacity)`): Committed tokens, pad after; `capacity`
+            leaves room for one iteration's k + 1 new tokens after the longest row, and grows with it.
         lengths (`list[int]`): Committed length of every row of the batch.
         active (`list[int]`): The batch index of each row still decoding, in order.
         active_index (`torch.LongTensor` of shape `(len(active),)`): `active` as a tensor.
@@ -183,6 +189,7 @@ def run_speculative_loop(
         streamer.put(input_ids.cpu())
 
     while rows.active:
+        _reserve_columns(rows, config)
         batch = _active_batch(rows)
         k = _iteration_k(config, batch, position_limit, state_layers, context.verifier_states)
         # 1. Draft
@@ -211,7 +218,8 @@ def run_speculative_loop(
 def _start(input_ids: torch.LongTensor, config: SpeculativeLoopConfig) -> Rows:
     """Every row active, holding its decoder prompt."""
     batch_size, prompt_length = input_ids.shape
-    sequences = input_ids.new_full((batch_size, config.max_length + config.num_draft_tokens + 1), config.pad_token_id)
+    capacity = _capacity(prompt_length + _INITIAL_NEW_TOKENS, 0, config)
+    sequences = input_ids.new_full((batch_size, capacity), config.pad_token_id)
     sequences[:, :prompt_length] = input_ids
     record = config.output_scores or config.output_logits
     return Rows(
@@ -221,6 +229,29 @@ def _start(input_ids: torch.LongTensor, config: SpeculativeLoopConfig) -> Rows:
         active_index=torch.arange(batch_size, device=input_ids.device),
         recorded=[[] for _ in range(batch_size)] if record else None,
     )
+
+
+def _capacity(length: int, current: int, config: SpeculativeLoopConfig) -> int:
+    """Columns of the sequence buffer for rows of up to `length` committed tokens: room for one iteration's k + 1 new
+    tokens after them, at least twice the `current` columns (growth amortised over the iterations), and never more
+    than `max_length` needs."""
+    headroom = config.num_draft_tokens + 1
+    return min(max(length + headroom, 2 * current), config.max_length + headroom)
+
+
+def _reserve_columns(rows: Rows, config: SpeculativeLoopConfig) -> None:
+    """Grow the sequence buffer (with pad) when the longest active row could outgrow it this iteration.
+
+    The buffer follows what is generated rather than `max_length`, which may be far beyond what any row reaches
+    (`max_new_tokens=10**11` with an early EOS); the lengths are on the host, so this costs no synchronisation.
+    """
+    longest = max(rows.lengths[row] for row in rows.active)
+    current = rows.sequences.shape[1]
+    if longest + config.num_draft_tokens + 1 <= current:
+        return
+    extra = _capacity(longest, current, config) - current
+    padding = rows.sequences.new_full((rows.sequences.shape[0], extra), config.pad_token_id)
+    rows.sequences = torch.cat([rows.sequences, padding], dim=1)
 
 
 def _active_batch(rows: Rows) -> ActiveBatch:
@@ -432,6 +463,8 @@ def _record_verifier_states(
     rows, fed, hidden_size = first.shape
     if verifier_states is None:
         verifier_states = first.new_zeros(rows, max_positions, hidden_size * len(layers))
+    elif verifier_states.shape[1] < max_positions:  # the sequence buffer grew: grow with it
+        verifier_states = F.pad(verifier_states, (0, 0, 0, max_positions - verifier_states.shape[1]))
     width = min(fed, max_positions - cache_length)
     for slot, index in enumerate(layers):
         features = slice(slot * hidden_size, (slot + 1) * hidden_size)
