@@ -114,7 +114,7 @@ def test_recipe_distil_train_save_load_generate(recipe):
     train_drafter.main(["--config", str(root / "train.yaml")])
     # 3. load it as a user would, and 4. generate: β=1 equals greedy, <pad> is never generated
     drafter = SpecDrafterModel.from_pretrained(root / "drafter").eval()
-    assert drafter.vocab_size == OPUS_VOCAB and drafter.config.pad_token_id == OPUS_PAD
+    assert drafter.config.vocab_size == OPUS_VOCAB and drafter.config.pad_token_id == OPUS_PAD
     lines = FIXTURE.read_text(encoding="utf-8").splitlines()[100:106]
     sources = [json.loads(line)["translation"]["en"] for line in lines]
     inputs = tokenizer(sources, return_tensors="pt", padding=True)

@@ -30,6 +30,7 @@ from transformers.generation.stopping_criteria import (
 from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
 from transformers.integrations.fsdp import is_fsdp_managed_module
 from transformers.modeling_outputs import BaseModelOutput
+from transformers.utils import ModelOutput
 
 from ..acceptance import validate_acceptance_arguments
 from ..drafting import validate_drafter
@@ -234,7 +235,7 @@ def _loop_config(
     )
 
 
-def _as_model_output(encoder_outputs) -> BaseModelOutput:
+def _as_model_output(encoder_outputs) -> ModelOutput:
     """`encoder_outputs` with named fields: a plain tuple `(last_hidden_state, hidden_states, attentions)` is taken as
     the verifier's forward takes it."""
     if isinstance(encoder_outputs, (tuple, list)):
