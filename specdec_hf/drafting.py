@@ -28,6 +28,7 @@ vocabulary: a drafter with a smaller head maps its ids and scores back itself.
 from __future__ import annotations
 
 import inspect
+import operator
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
@@ -142,9 +143,15 @@ _REQUIRED_METHODS = ("init_drafting_state", "propose", "select_rows")
 _RENAMED_ATTRIBUTES = {"block_size": "num_draft_tokens", "max_block_size": "max_draft_tokens"}
 
 
-def _is_int(obj: Any, name: str) -> bool:
-    value = getattr(obj, name, None)
-    return isinstance(value, int) and not isinstance(value, bool)
+def _as_int(value: Any) -> int | None:
+    """`value` as a Python int if it is an integer of any kind (`int`, `numpy.int64`, a 0-dim integer tensor: what
+    `operator.index` takes), else `None`; `True`/`False` are not sizes."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
 
 
 def _takes_verifier_states(propose) -> bool:
@@ -162,7 +169,8 @@ def _takes_verifier_states(propose) -> bool:
 def validate_drafter(drafter: Any, verifier_vocab_size: int) -> None:
     """Check that `drafter` implements the drafting contract and shares the verifier's vocabulary.
 
-    A drafter written against the contract before `verifier_states` and the current attribute names (a `propose`
+    `vocab_size` and `num_draft_tokens` may be any integer type (`numpy.int64`, a 0-dim integer tensor); the loop
+    reads them as Python ints. A drafter written against the contract before `verifier_states` and the current attribute names (a `propose`
     with four arguments, a `block_size` attribute) is refused with the change to make.
 
     Raises:
@@ -190,14 +198,17 @@ def validate_drafter(drafter: Any, verifier_vocab_size: int) -> None:
             f"`drafter` ({name}) follows an earlier version of the drafting contract: {'; '.join(changes)}. See "
             "`specdec_hf.Drafter`."
         )
-    if not _is_int(drafter, "vocab_size") or not _is_int(drafter, "num_draft_tokens"):
+    vocab_size = _as_int(getattr(drafter, "vocab_size", None))
+    if vocab_size is None or _as_int(getattr(drafter, "num_draft_tokens", None)) is None:
         raise ValueError(
             f"`drafter` ({name}) does not implement the drafting interface: `vocab_size` and `num_draft_tokens` "
-            "must be int attributes. Pass a `SpecDrafterModel` or a subclass of `specdec_hf.Drafter`."
+            f"must be integer attributes (got {getattr(drafter, 'vocab_size', None)!r} and "
+            f"{getattr(drafter, 'num_draft_tokens', None)!r}). Pass a `SpecDrafterModel` or a subclass of "
+            "`specdec_hf.Drafter`."
         )
-    if drafter.vocab_size != verifier_vocab_size:
+    if vocab_size != verifier_vocab_size:
         raise ValueError(
-            f"`drafter` vocabulary size ({drafter.vocab_size}) does not match the verifier's ({verifier_vocab_size}). "
+            f"`drafter` vocabulary size ({vocab_size}) does not match the verifier's ({verifier_vocab_size}). "
             "A drafter must be trained for this verifier's tokenizer: build one with "
             "`SpecDrafterModel.from_verifier(verifier)` and train it with `train_drafter.py`."
         )

@@ -79,3 +79,19 @@ def test_loading_errors_that_are_not_damage_pass_through_unchanged(drafter_dir):
 
     with pytest.raises(ValueError, match="the loader's own complaint"):
         load_pretrained(failing_loader, str(drafter_dir), "drafters")
+
+
+def test_from_pretrained_called_directly_names_the_missing_directory_and_the_damaged_file(drafter_dir, tmp_path):
+    """`SpecDrafterModel.from_pretrained` itself said "Repo id must be in the form ..." for a missing directory and
+    "incomplete metadata, file not fully covered" for a truncated file."""
+    missing = tmp_path / "runs" / "drafter"
+    with pytest.raises(FileNotFoundError, match=rf"`pretrained_model_name_or_path` '{missing}': no such directory"):
+        SpecDrafterModel.from_pretrained(missing)
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    for file in drafter_dir.iterdir():
+        (damaged / file.name).write_bytes(file.read_bytes())
+    assert isinstance(SpecDrafterModel.from_pretrained(damaged, dtype=torch.float32), SpecDrafterModel)
+    truncate(damaged / "model.safetensors")
+    with pytest.raises(OSError, match=rf"{damaged}/model.safetensors cannot be read .*truncated"):
+        SpecDrafterModel.from_pretrained(damaged)

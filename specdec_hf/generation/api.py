@@ -8,6 +8,7 @@ change here. The loop itself lives in `speculative_loop.py`, drafting with a `Sp
 
 from __future__ import annotations
 
+import operator
 import types
 from typing import Any
 
@@ -20,15 +21,22 @@ from transformers.generation.logits_process import (
     LogitsProcessorList,
     PrefixConstrainedLogitsProcessor,
 )
-from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria, StoppingCriteriaList
+from transformers.generation.stopping_criteria import (
+    EosTokenCriteria,
+    MaxLengthCriteria,
+    StoppingCriteriaList,
+    StopStringCriteria,
+)
 from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
 from transformers.integrations.fsdp import is_fsdp_managed_module
+from transformers.modeling_outputs import BaseModelOutput
+from transformers.utils import ModelOutput
 
 from ..acceptance import validate_acceptance_arguments
 from ..drafting import validate_drafter
 from ..models.verifier_conversion import check_verifier_state_layers
 from .outputs import SpeculativeGenerateOutput
-from .spec_drafter_adapter import as_drafter
+from .spec_drafter_adapter import SpecDrafterAdapter, as_drafter
 from .speculative_loop import SpeculativeLoopConfig, run_speculative_loop
 
 __all__ = ["enable_speculative_decoding", "speculative_generate"]
@@ -49,6 +57,8 @@ def speculative_generate(
     draft_confidence_threshold: float | None = None,
     inputs_tensor: torch.Tensor | None = None,
     token_streamer=None,
+    stop_strings: str | list[str] | None = None,
+    stop_strings_tokenizer=None,
     **model_kwargs,
 ) -> torch.LongTensor | SpeculativeGenerateOutput:
     """Speculative Decoding (Xia et al., 2023, arXiv 2203.16487) as a `generate()` decoding method.
@@ -79,6 +89,11 @@ def speculative_generate(
             receives the tokens as they are accepted, batch size 1. transformers drops `generate(streamer=...)`
             before calling a `custom_generate` callable, so on this route pass it as `token_streamer=`; after
             `enable_speculative_decoding`, plain `streamer=` works.
+        stop_strings (`str` or `list[str]`, *optional*): Stop each row after it writes one of these strings, as
+            `generate(stop_strings=...)` does without a drafter; needs `stop_strings_tokenizer`.
+        stop_strings_tokenizer (`PreTrainedTokenizerBase`, *optional*): The verifier's tokenizer, for `stop_strings`.
+            transformers drops `generate(tokenizer=...)` before calling a `custom_generate` callable, so on this route
+            pass it under this name; after `enable_speculative_decoding`, plain `tokenizer=` works.
 
     Returns:
         `torch.LongTensor` of shape `(batch_size, sequence_length)`, or, with `return_dict_in_generate=True`, a
@@ -103,7 +118,8 @@ def speculative_generate(
     vocab_size = decoder_config.vocab_size
     drafter = as_drafter(drafter)
     validate_drafter(drafter, vocab_size)
-    num_draft_tokens = drafter.num_draft_tokens if num_draft_tokens is None else num_draft_tokens
+    # validate_drafter accepts any integer type (numpy, a 0-dim tensor): the loop computes with a Python int
+    num_draft_tokens = operator.index(drafter.num_draft_tokens) if num_draft_tokens is None else num_draft_tokens
     _check_speculative_arguments(model, drafter, num_draft_tokens, beta, tau, draft_confidence_threshold)
     if generation_config.do_sample and (beta != 1 or tau != 0):
         raise ValueError(
@@ -117,10 +133,13 @@ def speculative_generate(
             "generate one sequence at a time, or drop the streamer."
         )
 
-    encoder_outputs = model_kwargs["encoder_outputs"]
+    encoder_outputs = _as_model_output(model_kwargs["encoder_outputs"])
     attention_mask = model_kwargs.get("attention_mask")
     cache = _fresh_or_checked_cache(model_kwargs.get("cache"), decoder_config)
     source_ids = _source_ids(inputs_tensor, input_ids.shape[0])
+    if source_ids is None:
+        _check_drafter_reads_no_source(drafter, inputs_tensor)
+    stopping_criteria = _with_stop_strings(stopping_criteria, stop_strings, stop_strings_tokenizer)
     drafter_state = drafter.init_drafting_state(
         input_ids=source_ids, attention_mask=attention_mask, encoder_hidden_states=encoder_outputs.last_hidden_state
     )
@@ -214,6 +233,48 @@ def _loop_config(
         output_logits=bool(return_dict and generation_config.output_logits),
         confidence_threshold=None if draft_confidence_threshold is None else float(draft_confidence_threshold),
     )
+
+
+def _as_model_output(encoder_outputs) -> ModelOutput:
+    """`encoder_outputs` with named fields: a plain tuple `(last_hidden_state, hidden_states, attentions)` is taken as
+    the verifier's forward takes it."""
+    if isinstance(encoder_outputs, (tuple, list)):
+        return BaseModelOutput(*encoder_outputs[:3])
+    return encoder_outputs
+
+
+def _check_drafter_reads_no_source(drafter, inputs_tensor: torch.Tensor | None) -> None:
+    """A `SpecDrafterModel` with its own encoder reads the source ids: say which input `generate()` got instead."""
+    if not isinstance(drafter, SpecDrafterAdapter) or drafter.model.encoder is None:
+        return
+    if inputs_tensor is not None and inputs_tensor.is_floating_point():
+        given, fix = "`inputs_embeds`", "pass `input_ids` instead of `inputs_embeds`"
+    else:
+        given, fix = (
+            "`encoder_outputs` without `input_ids`",
+            "pass the source `input_ids` along with `encoder_outputs`",
+        )
+    raise ValueError(
+        f"The drafter runs its own encoder and needs the source `input_ids`, but `generate()` was given {given}: "
+        f"{fix}, or use a drafter built with `use_verifier_encoder=True` (it reads the verifier's encoder output)."
+    )
+
+
+def _with_stop_strings(
+    stopping_criteria: StoppingCriteriaList, stop_strings: str | list[str] | None, tokenizer
+) -> StoppingCriteriaList:
+    """The criteria with a `StopStringCriteria` for `stop_strings` added, as `generate()` adds it without a drafter."""
+    if stop_strings is None:
+        return stopping_criteria
+    if tokenizer is None:
+        raise ValueError(
+            "`stop_strings` need the verifier's tokenizer. With `custom_generate=speculative_generate` pass it as "
+            "`stop_strings_tokenizer=tokenizer` (transformers drops `tokenizer=` before calling a `custom_generate` "
+            "callable); after `enable_speculative_decoding(verifier)`, `generate(..., drafter=drafter, "
+            "stop_strings=[...], tokenizer=tokenizer)` works; or pass `stopping_criteria=[StopStringCriteria("
+            "tokenizer, [...])]`."
+        )
+    return StoppingCriteriaList([*stopping_criteria, StopStringCriteria(tokenizer, stop_strings)])
 
 
 def _source_ids(inputs_tensor: torch.Tensor | None, batch_size: int) -> torch.LongTensor | None:
@@ -355,8 +416,10 @@ def _generate_with_optional_drafter(self, *args, drafter=None, **kwargs):
         )
     if kwargs.get("assistant_model") is not None:
         raise ValueError("`assistant_model` and `drafter` are two drafting methods: pass only one of them.")
-    # transformers drops `streamer` before calling a custom_generate callable: hand it over under our own name
-    streamer = kwargs.pop("streamer", None)
-    if streamer is not None:
-        kwargs["token_streamer"] = streamer
+    # transformers drops `streamer` and `tokenizer` before calling a custom_generate callable: hand them over under
+    # our own names
+    for name, ours in (("streamer", "token_streamer"), ("tokenizer", "stop_strings_tokenizer")):
+        value = kwargs.pop(name, None)
+        if value is not None:
+            kwargs[ours] = value
     return plain_generate(self, *args, custom_generate=speculative_generate, drafter=drafter, **kwargs)

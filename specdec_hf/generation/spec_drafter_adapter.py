@@ -154,6 +154,7 @@ class SpecDrafterAdapter(Drafter):
         if model.encoder is None:
             if encoder_hidden_states is None:
                 raise ValueError("`use_verifier_encoder=True` needs the verifier's `encoder_hidden_states`.")
+            self._check_verifier_width(encoder_hidden_states.shape[-1])
             memory = model.encoder_memory(encoder_hidden_states)
         else:
             memory = model.encode(input_ids, attention_mask)
@@ -163,6 +164,19 @@ class SpecDrafterAdapter(Drafter):
             cross_key_values=model.decoder.project_encoder_states(memory),
             encoder_attention_mask=expand_encoder_attention_mask(attention_mask),
         )
+
+    def _check_verifier_width(self, width: int) -> None:
+        """A drafter reading the verifier's encoder output is built for one width (`config.verifier_d_model`): a
+        verifier of another width would fail inside its projection with a shape error naming no model."""
+        config = self.model.config
+        expected = config.verifier_d_model or config.d_model
+        if width != expected:
+            raise ValueError(
+                f"The drafter reads the verifier's encoder output (`use_verifier_encoder=True`) and was built for a "
+                f"verifier of width {expected} (`config.verifier_d_model`), but this verifier's encoder output has "
+                f"width {width}: use the drafter with the verifier it was built for, or build one for this verifier "
+                "with `SpecDrafterModel.from_verifier(verifier, use_verifier_encoder=True)` and train it."
+            )
 
     @torch.no_grad()
     def propose(

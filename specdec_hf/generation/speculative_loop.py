@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 from transformers import EncoderDecoderCache
 from transformers.generation.logits_process import LogitsProcessorList
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria, StoppingCriteriaList
@@ -43,6 +44,7 @@ from ..acceptance import (
 )
 from ..drafting import Drafter
 from .processor_gating import apply_to_every_position, is_position_independent, processors_acting_on
+from .proposal_checks import check_proposal
 from .stats import SpeculativeDecodingStats
 
 __all__ = [
@@ -59,6 +61,10 @@ __all__ = [
     "stop",
     "verify",
 ]
+
+
+# new tokens the sequence buffer holds room for at the start; longer generations grow it
+_INITIAL_NEW_TOKENS = 256
 
 
 @dataclass
@@ -93,7 +99,8 @@ class Rows:
     """The batch as the loop tracks it: every row's committed tokens, and which rows are still decoding.
 
     Args:
-        sequences (`torch.LongTensor` of shape `(batch_size, max_length + k + 1)`): Committed tokens, pad after.
+        sequences (`torch.LongTensor` of shape `(batch_size, capacity)`): Committed tokens, pad after; `capacity`
+            leaves room for one iteration's k + 1 new tokens after the longest row, and grows with it.
         lengths (`list[int]`): Committed length of every row of the batch.
         active (`list[int]`): The batch index of each row still decoding, in order.
         active_index (`torch.LongTensor` of shape `(len(active),)`): `active` as a tensor.
@@ -182,6 +189,7 @@ def run_speculative_loop(
         streamer.put(input_ids.cpu())
 
     while rows.active:
+        _reserve_columns(rows, config)
         batch = _active_batch(rows)
         k = _iteration_k(config, batch, position_limit, state_layers, context.verifier_states)
         # 1. Draft
@@ -210,7 +218,8 @@ def run_speculative_loop(
 def _start(input_ids: torch.LongTensor, config: SpeculativeLoopConfig) -> Rows:
     """Every row active, holding its decoder prompt."""
     batch_size, prompt_length = input_ids.shape
-    sequences = input_ids.new_full((batch_size, config.max_length + config.num_draft_tokens + 1), config.pad_token_id)
+    capacity = _capacity(prompt_length + _INITIAL_NEW_TOKENS, 0, config)
+    sequences = input_ids.new_full((batch_size, capacity), config.pad_token_id)
     sequences[:, :prompt_length] = input_ids
     record = config.output_scores or config.output_logits
     return Rows(
@@ -220,6 +229,29 @@ def _start(input_ids: torch.LongTensor, config: SpeculativeLoopConfig) -> Rows:
         active_index=torch.arange(batch_size, device=input_ids.device),
         recorded=[[] for _ in range(batch_size)] if record else None,
     )
+
+
+def _capacity(length: int, current: int, config: SpeculativeLoopConfig) -> int:
+    """Columns of the sequence buffer for rows of up to `length` committed tokens: room for one iteration's k + 1 new
+    tokens after them, at least twice the `current` columns (growth amortised over the iterations), and never more
+    than `max_length` needs."""
+    headroom = config.num_draft_tokens + 1
+    return min(max(length + headroom, 2 * current), config.max_length + headroom)
+
+
+def _reserve_columns(rows: Rows, config: SpeculativeLoopConfig) -> None:
+    """Grow the sequence buffer (with pad) when the longest active row could outgrow it this iteration.
+
+    The buffer follows what is generated rather than `max_length`, which may be far beyond what any row reaches
+    (`max_new_tokens=10**11` with an early EOS); the lengths are on the host, so this costs no synchronisation.
+    """
+    longest = max(rows.lengths[row] for row in rows.active)
+    current = rows.sequences.shape[1]
+    if longest + config.num_draft_tokens + 1 <= current:
+        return
+    extra = _capacity(longest, current, config) - current
+    padding = rows.sequences.new_full((rows.sequences.shape[0], extra), config.pad_token_id)
+    rows.sequences = torch.cat([rows.sequences, padding], dim=1)
 
 
 def _active_batch(rows: Rows) -> ActiveBatch:
@@ -283,7 +315,16 @@ def draft(
     if verifier_states is not None:
         verifier_states = verifier_states[:, :longest]
     proposal = drafter.propose(context.drafter_state, committed[:, :longest], batch.lengths, k, verifier_states)
-    _check_draft_ids(proposal.draft_ids, committed.shape[0], k)
+    check_proposal(
+        proposal,
+        drafter,
+        committed.shape[0],
+        k,
+        config.vocab_size,
+        first_call=stats.drafter_calls == 0,
+        do_sample=config.do_sample,
+        confidence_threshold=config.confidence_threshold,
+    )
     context.drafter_state = proposal.state
     drafts = proposal.draft_ids[:, :k].to(committed.device)
     stats.drafter_calls += 1
@@ -300,7 +341,6 @@ def draft(
     confidence = proposal.confidence()
     if confidence is None:
         return drafts, proposal_q, None
-    _check_confidence(confidence, committed.shape[0], k)
     verify_counts = confident_draft_counts(confidence[:, :k].to(committed.device), config.confidence_threshold)
     # verify only as far as the most confident row needs; the others stop at their own count
     k = int(verify_counts.max())
@@ -321,22 +361,6 @@ def confident_draft_counts(confidence: torch.FloatTensor, threshold: float) -> t
     """
     confident = torch.cumprod(confidence.float(), dim=1) >= threshold
     return count_accepted(confident).clamp(min=1)
-
-
-def _check_draft_ids(draft_ids: torch.LongTensor, rows: int, k: int) -> None:
-    """A drafter must return at least k drafts per active row; fewer would misalign verification silently."""
-    shape = tuple(draft_ids.shape)
-    if len(shape) != 2 or shape[0] != rows or shape[1] < k:
-        raise ValueError(
-            f"The drafter returned draft_ids of shape {shape}; expected ({rows}, {k}) (rows, num_draft_tokens)."
-        )
-
-
-def _check_confidence(confidence: torch.FloatTensor, rows: int, k: int) -> None:
-    if confidence.dim() != 2 or confidence.shape[0] != rows or confidence.shape[1] < k:
-        raise ValueError(
-            f"The drafter returned draft_confidence of shape {tuple(confidence.shape)}; expected ({rows}, {k})."
-        )
 
 
 def verify(
@@ -439,6 +463,8 @@ def _record_verifier_states(
     rows, fed, hidden_size = first.shape
     if verifier_states is None:
         verifier_states = first.new_zeros(rows, max_positions, hidden_size * len(layers))
+    elif verifier_states.shape[1] < max_positions:  # the sequence buffer grew: grow with it
+        verifier_states = F.pad(verifier_states, (0, 0, 0, max_positions - verifier_states.shape[1]))
     width = min(fed, max_positions - cache_length)
     for slot, index in enumerate(layers):
         features = slice(slot * hidden_size, (slot + 1) * hidden_size)

@@ -31,6 +31,7 @@ from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.utils import ModelOutput
 
+from ..model_files import load_pretrained
 from .configuration_spec_drafter import SpecDrafterConfig
 from .layers_spec_drafter import SpecDrafterDecoderLayer, SpecDrafterEncoder, SpecDrafterSinusoidalPositionalEmbedding
 from .split_attention import every_split_attention_mask
@@ -564,6 +565,21 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel):
                 reduction="sum",
             ) / (head_labels != -100).sum().clamp(min=1)
         return SpecDrafterOutput(loss=loss, logits=logits, encoder_last_hidden_state=encoder_hidden_states)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs) -> SpecDrafterModel:
+        """`PreTrainedModel.from_pretrained`, with clear errors for a directory that does not exist (transformers
+        reports it as a Hub problem, "We couldn't connect to 'https://huggingface.co'" offline) and for a truncated
+        weight file (safetensors names no file): see `specdec_hf.model_files.load_pretrained`."""
+        load = super().from_pretrained
+        if pretrained_model_name_or_path is None:  # weights passed as `state_dict=` with a `config=`
+            return load(None, *model_args, **kwargs)
+        return load_pretrained(
+            lambda name, **options: load(name, *model_args, **options),
+            pretrained_model_name_or_path,
+            "pretrained_model_name_or_path",
+            **kwargs,
+        )
 
     @classmethod
     def from_verifier(

@@ -88,3 +88,11 @@ def test_enabled_model_accepts_the_transformers_route_too(bart, inputs):
     enable_speculative_decoding(bart)
     both = bart.generate(**inputs, custom_generate=speculative_generate, drafter=drafter, max_new_tokens=8)
     assert torch.equal(both, expected)
+
+
+def test_a_verifier_encoder_reader_built_for_another_width_is_named(bart, inputs):
+    """It failed inside its projection: "mat1 and mat2 shapes cannot be multiplied"."""
+    wide = build_verifier("bart", d_model=64, encoder_attention_heads=4, decoder_attention_heads=4)
+    drafter = SpecDrafterModel.from_verifier(wide, max_draft_tokens=4, decoder_layers=1, use_verifier_encoder=True)
+    with pytest.raises(ValueError, match=r"built for a verifier of width 64 .*has width 32: use the drafter with"):
+        _generate(bart, inputs, drafter=drafter)

@@ -1,0 +1,124 @@
+"""What a drafter's `propose` returned, checked before the loop uses it, with errors naming the drafter and the fix.
+
+A custom drafter's mistakes would otherwise surface deep inside torch ("index out of range in self", "probability
+tensor contains either inf, nan or element < 0"). What is host metadata (the type, dtypes, shapes) is checked at
+every call, for free. What needs the values (ids inside the vocabulary, scores that form a distribution) costs a host
+synchronisation, so it is checked on the drafter's first call only: the loop's per-iteration budget of host syncs
+stays as it is, and a drafter that gets these wrong does so from its first call.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..drafting import DraftProposal
+
+__all__ = ["check_proposal"]
+
+
+def check_proposal(
+    proposal: DraftProposal,
+    drafter,
+    rows: int,
+    num_draft_tokens: int,
+    vocab_size: int,
+    first_call: bool,
+    do_sample: bool,
+    confidence_threshold: float | None,
+) -> None:
+    """Check what `drafter.propose` returned for `rows` active rows and k = `num_draft_tokens`.
+
+    `draft_logits` are checked only where the loop reads them: when sampling (their shape at every call), and for
+    the confidence of a proposal without `draft_confidence` (their shape at the first call: a reduced head builds
+    them over the verifier's vocabulary only when they are read).
+
+    Args:
+        proposal (`DraftProposal`): What `propose` returned.
+        drafter: The drafter, named in the errors.
+        vocab_size (`int`): The verifier's vocabulary size.
+        first_call (`bool`): Whether this is the drafter's first call of the `generate()` call: only then are the
+            values checked (one host synchronisation).
+        do_sample (`bool`), confidence_threshold (`float`, *optional*): What the loop reads of the proposal.
+
+    Raises:
+        ValueError: naming the drafter, what it returned and what it should return.
+    """
+    name = f"`drafter` ({type(drafter).__name__})"
+    if not isinstance(proposal, DraftProposal):
+        raise ValueError(
+            f"{name}: `propose` returned {type(proposal).__name__}, not a `DraftProposal`: return "
+            "`DraftProposal(draft_ids=..., draft_logits=..., state=...)` (see `specdec_hf.Drafter`)."
+        )
+    draft_ids = proposal.draft_ids
+    _check_draft_ids_layout(draft_ids, name, rows, num_draft_tokens)
+    derives_confidence = confidence_threshold is not None and proposal.draft_confidence is None
+    # the condition first: reading a reduced head's `draft_logits` builds them
+    draft_logits = proposal.draft_logits if do_sample or (first_call and derives_confidence) else None
+    if draft_logits is not None:
+        _check_draft_logits_shape(draft_logits, name, rows, num_draft_tokens, vocab_size)
+    if confidence_threshold is not None and proposal.draft_confidence is not None:
+        _check_confidence_shape(proposal.draft_confidence, name, rows, num_draft_tokens)
+    if first_call:
+        _check_values(draft_ids[:, :num_draft_tokens], draft_logits if do_sample else None, name, vocab_size)
+
+
+def _check_draft_ids_layout(draft_ids, name: str, rows: int, num_draft_tokens: int) -> None:
+    """Ids of integer dtype, at least k per active row: fewer would misalign verification silently."""
+    if not isinstance(draft_ids, torch.Tensor):
+        raise ValueError(f"{name} returned draft_ids of type {type(draft_ids).__name__}: return a `torch.LongTensor`.")
+    if draft_ids.is_floating_point() or draft_ids.is_complex() or draft_ids.dtype == torch.bool:
+        raise ValueError(
+            f"{name} returned draft_ids of dtype {draft_ids.dtype}: token ids must be integers (a `torch.LongTensor`); "
+            "return e.g. `logits.argmax(-1)`, or convert with `.long()`."
+        )
+    shape = tuple(draft_ids.shape)
+    if len(shape) != 2 or shape[0] != rows or shape[1] < num_draft_tokens:
+        raise ValueError(
+            f"{name} returned draft_ids of shape {shape}; expected ({rows}, {num_draft_tokens}) (rows, "
+            "num_draft_tokens): one row per row of `prefix_ids`, at least `num_draft_tokens` ids each."
+        )
+
+
+def _check_draft_logits_shape(draft_logits, name: str, rows: int, num_draft_tokens: int, vocab_size: int) -> None:
+    shape = tuple(draft_logits.shape)
+    if len(shape) != 3 or shape[0] != rows or shape[1] < num_draft_tokens or shape[2] != vocab_size:
+        raise ValueError(
+            f"{name} returned draft_logits of shape {shape}; expected ({rows}, {num_draft_tokens}, {vocab_size}) "
+            "(rows, num_draft_tokens, the verifier's vocabulary size): scores over the verifier's whole vocabulary, "
+            "`-inf` for ids the drafter never drafts (or `draft_logits=None`)."
+        )
+
+
+def _check_confidence_shape(confidence, name: str, rows: int, num_draft_tokens: int) -> None:
+    if confidence.dim() != 2 or confidence.shape[0] != rows or confidence.shape[1] < num_draft_tokens:
+        raise ValueError(
+            f"{name} returned draft_confidence of shape {tuple(confidence.shape)}; expected ({rows}, "
+            f"{num_draft_tokens}) (rows, num_draft_tokens): one probability per draft."
+        )
+
+
+def _check_values(
+    draft_ids: torch.LongTensor, draft_logits: torch.FloatTensor | None, name: str, vocab_size: int
+) -> None:
+    """Ids inside the vocabulary and, when sampling reads them, scores that make a distribution at every position;
+    all read back in one host synchronisation."""
+    facts = [draft_ids.min().long(), draft_ids.max().long()]
+    if draft_logits is not None:
+        logits = draft_logits[:, : draft_ids.shape[1]].to(draft_ids.device)
+        facts += [logits.isnan().any().long(), (logits == float("-inf")).all(dim=-1).any().long()]
+    low, high, *scores = torch.stack(facts).tolist()
+    if low < 0 or high >= vocab_size:
+        raise ValueError(
+            f"{name} returned draft_ids from {low} to {high}, outside the verifier's vocabulary [0, {vocab_size}): "
+            "return ids of the verifier's tokenizer (a drafter with a smaller vocabulary maps its ids back itself)."
+        )
+    if scores and scores[0]:
+        raise ValueError(
+            f"{name} returned draft_logits containing NaN, which sampling cannot draw from: return finite scores "
+            "(`-inf` only for ids the drafter never drafts), or `draft_logits=None`."
+        )
+    if scores and scores[1]:
+        raise ValueError(
+            f"{name} returned draft_logits that are `-inf` over the whole vocabulary at some position, which is no "
+            "distribution to sample from: give every position at least one finite score, or `draft_logits=None`."
+        )

@@ -1,0 +1,78 @@
+"""`stop_strings=` with a tokenizer stops rows where greedy decoding stops them, on both routes into the loop.
+
+transformers drops `generate(tokenizer=...)` before calling a `custom_generate` callable; `enable_speculative_decoding`
+hands it over as `stop_strings_tokenizer=`, which the `custom_generate=` route takes directly. Stop strings need a
+real tokenizer (`StopStringCriteria` reads its token strings), so this runs on the shipped demo pair.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+from specdec_hf import SpecDrafterModel, enable_speculative_decoding, speculative_generate
+
+DEMO = Path(__file__).resolve().parents[2] / "models" / "demo-en-de"
+SOURCES = ["Open the file and save the changes.", "The server restarts every night after the backup."]
+GREEDY = dict(do_sample=False, num_beams=1, max_new_tokens=24)
+
+
+@pytest.fixture(scope="module")
+def demo():
+    verifier = AutoModelForSeq2SeqLM.from_pretrained(DEMO / "verifier", dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(DEMO / "verifier")
+    drafter = SpecDrafterModel.from_pretrained(DEMO / "drafter", dtype=torch.float32).eval()
+    return verifier, tokenizer, drafter
+
+
+def _stop_word(verifier, tokenizer, inputs) -> str:
+    """The second word greedy decoding writes for the first source: the stop ends that row early."""
+    text = tokenizer.decode(verifier.generate(**inputs, **GREEDY)[0], skip_special_tokens=True)
+    return text.split()[1]
+
+
+@pytest.mark.parametrize("batch_size", [1, 2])
+@pytest.mark.parametrize("route", ["drafter", "custom_generate"])
+def test_stop_strings_stop_as_greedy(demo, batch_size, route):
+    verifier, tokenizer, drafter = demo
+    inputs = tokenizer(SOURCES[:batch_size], return_tensors="pt", padding=True)
+    stop = {"stop_strings": [_stop_word(verifier, tokenizer, inputs)]}
+    reference = verifier.generate(**inputs, **GREEDY, **stop, tokenizer=tokenizer)
+    # the stop string cuts the first row short (after the decoder start token, pad only follows a row's end)
+    unstopped = verifier.generate(**inputs, **GREEDY)
+    pad = tokenizer.pad_token_id
+    assert (reference[0, 1:] != pad).sum() < (unstopped[0, 1:] != pad).sum()
+    if route == "drafter":
+        # a copy: the fixture's verifier stays without the opt-in, for the custom_generate= route
+        output = enable_speculative_decoding(copy.deepcopy(verifier)).generate(
+            **inputs, **GREEDY, **stop, tokenizer=tokenizer, drafter=drafter
+        )
+    else:
+        output = verifier.generate(
+            **inputs,
+            **GREEDY,
+            **stop,
+            stop_strings_tokenizer=tokenizer,
+            custom_generate=speculative_generate,
+            drafter=drafter,
+        )
+    assert torch.equal(output, reference)
+
+
+def test_stop_strings_without_their_tokenizer_name_the_ways_that_work(demo):
+    """On the `custom_generate=` route `tokenizer=` never reaches the method: the error gives the ways in."""
+    verifier, tokenizer, drafter = demo
+    inputs = tokenizer(SOURCES[:1], return_tensors="pt")
+    with pytest.raises(ValueError, match=r"stop_strings_tokenizer=tokenizer.*drafter=drafter.*StopStringCriteria"):
+        verifier.generate(
+            **inputs,
+            **GREEDY,
+            stop_strings=["Datei"],
+            tokenizer=tokenizer,
+            custom_generate=speculative_generate,
+            drafter=drafter,
+        )
