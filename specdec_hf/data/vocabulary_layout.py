@@ -78,32 +78,38 @@ def relayout_marian_model(model: MarianMTModel, old_ids: list[int], tokenizer: P
     """
     Permutes a `MarianMTModel`'s vocabulary rows in place to the layout of `tokenizer` and zeroes the pad row.
 
-    The shared embedding (tied to the LM head) and `final_logits_bias` are permuted; the config's and generation
-    config's special ids are taken from `tokenizer`; the decoder starts from `<pad>` and the generation config bans it
-    (`bad_words_ids=[[pad]]`), as in OPUS-MT checkpoints.
+    The shared embedding, the LM head (when not tied to it) and `final_logits_bias` are permuted, so the logits are
+    the same up to the permutation, except where `<pad>`'s row matters: it is zeroed, as OPUS-MT's converter assumes,
+    and the decoder starts from it, so the model's outputs change and it needs training afterwards. The config's and
+    generation config's special ids are taken from `tokenizer`, and the generation config also gets OPUS-MT's
+    settings: `bad_words_ids=[[pad]]` and `forced_eos_token_id` = EOS.
 
     Args:
-        model (`MarianMTModel`): A model with tied, shared embeddings (`share_encoder_decoder_embeddings=True`).
+        model (`MarianMTModel`): A model with shared encoder and decoder vocabularies
+            (`share_encoder_decoder_embeddings=True`), its embeddings and LM head tied or not.
         old_ids (`list[int]`): `old_ids[new_id]`.
         tokenizer (`PreTrainedTokenizerFast`): The re-laid tokenizer (from `relayout_tokenizer`).
     """
     if not model.config.share_encoder_decoder_embeddings:
         raise ValueError("relayout_marian_model needs shared encoder/decoder embeddings")
     index = torch.tensor(old_ids, device=model.final_logits_bias.device)
-    shared = model.get_input_embeddings()
-    shared.weight.copy_(shared.weight[index])
+    inputs = [model.model.shared, model.model.encoder.embed_tokens, model.model.decoder.embed_tokens]
+    vocabulary_rows = {}  # every distinct weight indexed by token id (tied ones are one tensor), permuted once
+    for module in (*inputs, model.get_output_embeddings()):
+        vocabulary_rows.setdefault(module.weight.data_ptr(), module.weight)
+    for weight in vocabulary_rows.values():
+        weight.copy_(weight[index])
     model.final_logits_bias.copy_(model.final_logits_bias[:, index])
     pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
-    shared.weight[pad].zero_()
-    shared.padding_idx = pad
+    for embedding in inputs:
+        embedding.weight[pad].zero_()
+        embedding.padding_idx = pad
     for config in (model.config, model.generation_config):
         config.pad_token_id = pad
         config.eos_token_id = eos
         config.decoder_start_token_id = pad
         config.forced_eos_token_id = eos
     model.generation_config.bad_words_ids = [[pad]]
-    for embedding in (model.model.encoder.embed_tokens, model.model.decoder.embed_tokens):
-        embedding.padding_idx = pad
 
 
 __all__ = ["pad_last_permutation", "relayout_marian_model", "relayout_tokenizer"]

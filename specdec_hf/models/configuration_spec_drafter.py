@@ -180,7 +180,13 @@ class SpecDrafterConfig(PretrainedConfig):
     def __post_init__(self, **kwargs):
         for old, new in LEGACY_FIELD_NAMES.items():
             if old in kwargs:  # a config saved under an earlier name
-                setattr(self, new, kwargs.pop(old))
+                value, current = kwargs.pop(old), getattr(self, new)
+                if current != getattr(type(self), new) and current != value:
+                    raise ValueError(
+                        f"`{old}` is the old name of `{new}`: give only `{new}` (got {old}={value!r} and "
+                        f"{new}={current!r})."
+                    )
+                setattr(self, new, value)
         if self.verifier_state_layers is not None:
             self.verifier_state_layers = [int(index) for index in self.verifier_state_layers]
             if not self.verifier_state_layers:

@@ -154,3 +154,6 @@ def test_config_reads_the_earlier_field_names(tmp_path):
     )
     with pytest.raises(ValueError, match="old name of `max_draft_tokens`"):
         rename_legacy_fields({"block_size": 4, "max_draft_tokens": 4})
+    # an old and a current name of one field with different values: refused, not one silently kept
+    with pytest.raises(ValueError, match=r"block_size=5 and max_draft_tokens=8"):
+        tiny_config(block_size=5, max_draft_tokens=8)

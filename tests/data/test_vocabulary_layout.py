@@ -1,0 +1,51 @@
+"""Re-laying a Marian model's vocabulary with <pad> last: the same strings, the same logits up to the permutation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import build_verifier, build_word_tokenizer
+
+from specdec_hf.data.vocabulary_layout import pad_last_permutation, relayout_marian_model, relayout_tokenizer
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "mt_fixture.jsonl"
+
+
+def _texts() -> list[str]:
+    rows = [json.loads(line)["translation"] for line in FIXTURE.read_text(encoding="utf-8").splitlines()]
+    return [text for row in rows for text in (row["en"], row["de"])]
+
+
+def test_relaid_tokenizer_encodes_and_decodes_every_text_alike():
+    tokenizer = build_word_tokenizer(_texts()[:200])
+    old_ids = pad_last_permutation(len(tokenizer), tokenizer.pad_token_id)
+    relaid = relayout_tokenizer(tokenizer, old_ids)
+    assert relaid.pad_token_id == len(tokenizer) - 1 and relaid.eos_token_id == tokenizer.eos_token_id - 1
+    for text in _texts():
+        before, after = tokenizer(text)["input_ids"], relaid(text)["input_ids"]
+        assert [old_ids[i] for i in after] == before
+        assert relaid.decode(after, skip_special_tokens=True) == tokenizer.decode(before, skip_special_tokens=True)
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_relaid_model_scores_every_token_as_before_up_to_the_permutation(tied):
+    tokenizer = build_word_tokenizer(_texts()[:200])
+    model = build_verifier("marian", vocab_size=len(tokenizer), pad_token_id=1, eos_token_id=2,
+                           decoder_start_token_id=1, tie_word_embeddings=tied)  # fmt: skip
+    old_ids = pad_last_permutation(len(tokenizer), tokenizer.pad_token_id)
+    relaid_tokenizer = relayout_tokenizer(tokenizer, old_ids)
+    decoder_input = torch.tensor([[1, 7, 9, 11]])  # starts from <pad>, whose row re-laying zeroes: compare after it
+    inputs = {"input_ids": torch.tensor([[5, 8, 13, 2]]), "decoder_input_ids": decoder_input}
+    with torch.no_grad():
+        for embedding in (model.model.shared, model.model.encoder.embed_tokens, model.model.decoder.embed_tokens):
+            embedding.weight[1].zero_()  # so that zeroing the pad row changes nothing
+        before = model(**inputs).logits
+        new_id = {old: new for new, old in enumerate(old_ids)}
+        relayout_marian_model(model, old_ids, relaid_tokenizer)
+        after = model(**{name: value.apply_(new_id.get) for name, value in inputs.items()}).logits
+    torch.testing.assert_close(after, before[..., old_ids])
+    assert model.model.decoder.embed_tokens.weight[relaid_tokenizer.pad_token_id].abs().max() == 0
+    assert model.generation_config.bad_words_ids == [[relaid_tokenizer.pad_token_id]]

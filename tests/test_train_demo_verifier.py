@@ -1,0 +1,116 @@
+"""scripts/train_demo_verifier.py: Marian's layout kept through training (the <pad> row stays zero), growth by stacking."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import torch
+from conftest import build_word_tokenizer
+from transformers import MarianMTModel
+
+from specdec_hf.data.vocabulary_layout import pad_last_permutation, relayout_tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = ROOT / "tests" / "fixtures" / "mt_fixture.jsonl"
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("train_demo_verifier", ROOT / "scripts" / "train_demo_verifier.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["train_demo_verifier"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _workspace(tmp_path: Path) -> Path:
+    lines = FIXTURE.read_text(encoding="utf-8").splitlines()
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.jsonl").write_text("\n".join(lines[:64]) + "\n", encoding="utf-8")
+    (data / "validation.jsonl").write_text("\n".join(lines[64:72]) + "\n", encoding="utf-8")
+    texts = [text for line in lines[:72] for text in json.loads(line)["translation"].values()]
+    tokenizer = build_word_tokenizer(texts, vocab_size=400)
+    tokenizer = relayout_tokenizer(tokenizer, pad_last_permutation(len(tokenizer), tokenizer.pad_token_id))
+    tokenizer.save_pretrained(tmp_path / "tokenizer")
+    return data
+
+
+TINY = ["--d_model", "32", "--attention_heads", "2", "--ffn_dim", "64", "--max_position_embeddings", "64",
+        "--batch_target_tokens", "400", "--eval_samples", "4", "--eval_every_minutes", "1000",
+        "--save_every_minutes", "1000", "--num_threads", "1", "--log_every_steps", "1"]  # fmt: skip
+
+
+def test_pad_row_stays_zero_through_training_and_pad_is_banned(tmp_path):
+    script = load_script()
+    data = _workspace(tmp_path)
+    argv = ["--data_dir", str(data), "--output_dir", str(tmp_path / "run"), "--tokenizer_name_or_path",
+            str(tmp_path / "tokenizer"), "--encoder_layers", "1", "--decoder_layers", "2", "--max_steps", "4",
+            "--learning_rate", "0.01", "--warmup_steps", "1", *TINY]  # fmt: skip
+    script.training_function(script.parse_args(argv))
+    model = MarianMTModel.from_pretrained(tmp_path / "run" / "checkpoint-last")
+    pad = model.config.pad_token_id
+    assert pad == model.config.vocab_size - 1 and model.config.decoder_start_token_id == pad
+    assert model.get_input_embeddings().weight[pad].abs().max() == 0  # trained 4 steps at a high rate, still zero
+    assert model.get_input_embeddings().weight.abs().sum() > 0
+    assert model.generation_config.bad_words_ids == [[pad]]
+
+
+def test_label_smoothing_leaves_pad_out():
+    script = load_script()
+    logits = torch.randn(2, 3, 6)
+    labels = torch.tensor([[0, 1, -100], [2, 3, 4]])
+    loss = script.label_smoothed_loss(logits, labels, epsilon=0.1, pad_id=5)
+    log_probs = torch.log_softmax(logits[labels != -100], dim=-1)
+    nll = -log_probs.gather(-1, labels[labels != -100].unsqueeze(-1)).squeeze(-1)
+    smooth = -log_probs[:, :5].mean(-1)  # every class but pad (5)
+    torch.testing.assert_close(loss, (0.9 * nll + 0.1 * smooth).sum())
+
+
+def test_growing_copies_the_mapped_layers(tmp_path):
+    script = load_script()
+    data = _workspace(tmp_path)
+    base = ["--data_dir", str(data), "--tokenizer_name_or_path", str(tmp_path / "tokenizer"), *TINY]
+    script.training_function(
+        script.parse_args(
+            [
+                *base,
+                "--output_dir",
+                str(tmp_path / "small"),
+                "--encoder_layers",
+                "1",
+                "--decoder_layers",
+                "2",
+                "--max_steps",
+                "1",
+            ]
+        )  # fmt: skip
+    )
+    args = script.parse_args(
+        [
+            "--data_dir",
+            str(data),
+            "--output_dir",
+            str(tmp_path / "grown"),
+            "--init_from",
+            str(tmp_path / "small" / "checkpoint-last"),
+            "--encoder_layers",
+            "1",
+            "--decoder_layers",
+            "4",
+            "--encoder_layer_map",
+            "0",
+            "--decoder_layer_map",
+            "0,1,0,1",
+            *TINY,
+        ]  # fmt: skip
+    )
+    source, tokenizer = script.load_growth_source(args.init_from)
+    grown = script.build_model(args, tokenizer)
+    script.grow_from(grown, source, args)
+    for target, index in zip(grown.model.decoder.layers, (0, 1, 0, 1), strict=True):
+        for name, value in target.state_dict().items():
+            torch.testing.assert_close(value, source.model.decoder.layers[index].state_dict()[name], msg=name)
+    torch.testing.assert_close(grown.get_input_embeddings().weight, source.get_input_embeddings().weight)
