@@ -229,7 +229,13 @@ def training_function(args: DrafterTrainingArguments) -> dict:
             with accelerator.accumulate(drafter):
                 generator = split_generator(args.seed, state["micro_step"], accelerator.process_index)
                 loss, num_tokens = drafter_training_loss(
-                    drafter, verifier, batch, loss_settings, generator, drafter=accelerator.unwrap_model(drafter)
+                    drafter,
+                    verifier,
+                    batch,
+                    loss_settings,
+                    generator,
+                    drafter=accelerator.unwrap_model(drafter),
+                    autocast=accelerator.autocast,
                 )
                 accelerator.backward(loss)
                 if accelerator.sync_gradients and args.max_grad_norm > 0:
