@@ -25,7 +25,7 @@ import datasets
 import torch
 from accelerate import Accelerator, DataLoaderConfiguration
 from accelerate.logging import get_logger
-from accelerate.utils import set_seed
+from accelerate.utils import ProjectConfiguration, set_seed
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 from transformers import AutoModelForSeq2SeqLM, get_scheduler
@@ -42,6 +42,7 @@ from specdec_hf.training import (
     evaluate_drafter,
     find_latest_checkpoint,
     frequent_token_ids,
+    is_checkpoint_writer,
     load_checkpoint,
     save_checkpoint_atomically,
     token_counts,
@@ -143,7 +144,7 @@ def training_function(args: DrafterTrainingArguments) -> dict:
         mixed_precision=args.mixed_precision,
         gradient_accumulation_steps=args.gradient_accumulation_steps,
         log_with=args.report_to,
-        project_dir=args.output_dir,
+        project_config=ProjectConfiguration(project_dir=args.output_dir, save_on_each_node=args.save_on_each_node),
         dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True),
     )
     logging.basicConfig(format="%(asctime)s %(levelname)s %(message)s", level=logging.INFO)
@@ -151,7 +152,7 @@ def training_function(args: DrafterTrainingArguments) -> dict:
         torch.set_num_threads(args.num_threads)
     set_seed(args.seed)
     output_dir = Path(args.output_dir)
-    if accelerator.is_main_process:
+    if is_checkpoint_writer(accelerator):
         output_dir.mkdir(parents=True, exist_ok=True)
     if args.report_to:
         accelerator.init_trackers("spec_drafter", config={k: str(v) for k, v in asdict(args).items()})
@@ -228,7 +229,13 @@ def training_function(args: DrafterTrainingArguments) -> dict:
             with accelerator.accumulate(drafter):
                 generator = split_generator(args.seed, state["micro_step"], accelerator.process_index)
                 loss, num_tokens = drafter_training_loss(
-                    drafter, verifier, batch, loss_settings, generator, drafter=accelerator.unwrap_model(drafter)
+                    drafter,
+                    verifier,
+                    batch,
+                    loss_settings,
+                    generator,
+                    drafter=accelerator.unwrap_model(drafter),
+                    autocast=accelerator.autocast,
                 )
                 accelerator.backward(loss)
                 if accelerator.sync_gradients and args.max_grad_norm > 0:

@@ -26,6 +26,7 @@ import traceback
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 
 import torch
@@ -143,29 +144,33 @@ def _same_or_tied(greedy, speculative, atol: float) -> tuple[int, int]:
 
 def check_exactness(ctx: Context) -> dict:
     """β=1 against greedy in float32 (TF32 off) and bfloat16, at batch 1 and 8."""
+    flags = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     report = {}
-    for dtype, atol in ((torch.float32, 1e-3), (torch.bfloat16, 5e-2)):
-        verifier, drafter = ctx.verifier.to(dtype), ctx.drafter.to(dtype)
-        for batch in (1, 8):
-            identical = tied = total = 0
-            for start in range(0, len(ctx.sentences), batch):
-                inputs = ctx.inputs(ctx.sentences[start : start + batch])
-                kwargs = dict(GREEDY, return_dict_in_generate=True, output_scores=True)
-                greedy = verifier.generate(**inputs, **kwargs)
-                speculative = verifier.generate(
-                    **inputs, **kwargs, custom_generate=speculative_generate, drafter=drafter, num_draft_tokens=4
-                )
-                same, close = _same_or_tied(greedy, speculative, atol)
-                identical, tied, total = identical + same, tied + close, total + inputs["input_ids"].shape[0]
-            key = f"{str(dtype).removeprefix('torch.')}_batch{batch}"
-            report[key] = {"rows": total, "identical": identical, "differ_at_a_tie": tied}
-            if identical + tied != total:
-                raise AssertionError(
-                    f"{key}: {total - identical - tied} rows differ from greedy beyond a tie: {report}"
-                )
-    ctx.verifier.float(), ctx.drafter.float()
+    try:
+        for dtype, atol in ((torch.float32, 1e-3), (torch.bfloat16, 5e-2)):
+            verifier, drafter = ctx.verifier.to(dtype), ctx.drafter.to(dtype)
+            for batch in (1, 8):
+                identical = tied = total = 0
+                for start in range(0, len(ctx.sentences), batch):
+                    inputs = ctx.inputs(ctx.sentences[start : start + batch])
+                    kwargs = dict(GREEDY, return_dict_in_generate=True, output_scores=True)
+                    greedy = verifier.generate(**inputs, **kwargs)
+                    speculative = verifier.generate(
+                        **inputs, **kwargs, custom_generate=speculative_generate, drafter=drafter, num_draft_tokens=4
+                    )
+                    same, close = _same_or_tied(greedy, speculative, atol)
+                    identical, tied, total = identical + same, tied + close, total + inputs["input_ids"].shape[0]
+                key = f"{str(dtype).removeprefix('torch.')}_batch{batch}"
+                report[key] = {"rows": total, "identical": identical, "differ_at_a_tie": tied}
+                if identical + tied != total:
+                    raise AssertionError(
+                        f"{key}: {total - identical - tied} rows differ from greedy beyond a tie: {report}"
+                    )
+    finally:  # the checks after this one run as configured, whatever happened here
+        ctx.verifier.float(), ctx.drafter.float()
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = flags
     return report
 
 
@@ -197,35 +202,72 @@ def check_modes(ctx: Context) -> dict:
     one = ctx.inputs(ctx.sentences[:1])
     streamer = _Collect()
     streamed = ctx.verifier.generate(**one, **GREEDY, **spec, token_streamer=streamer)
-    return {
+    report = {
         "sampling_reproducible": True,
         "confidence_threshold_equals_greedy": bool(torch.equal(threshold, greedy)),
         "repetition_penalty_equals_greedy": bool(torch.equal(penalised_spec, penalised)),
         "streamer_received_every_token": streamer.tokens == streamed[0].tolist(),
     }
+    failed = [name for name, passed in report.items() if not passed]
+    if failed:
+        raise AssertionError(f"modes that did not behave: {failed}")
+    return report
+
+
+GREEDY_SYNC_BUDGET = 2  # host synchronisations per iteration of the project's own code, greedy path
+
+
+def _counted_per_iteration(ctx: Context, inputs: dict, kwargs: dict) -> tuple[list[int], dict]:
+    """The project's host-synchronising calls after each verification but the last (the wrap-up)."""
+    with HostSyncCounter(ctx.verifier) as counter:
+        ctx.verifier.generate(**inputs, **kwargs)
+    return counter.per_iteration()[:-1], dict(counter.counts)
+
+
+def _cuda_syncs_per_iteration(ctx: Context, inputs: dict, kwargs: dict) -> list[int]:
+    """torch's own count (`set_sync_debug_mode("warn")`: every synchronising CUDA call, the verifier's included)
+    after each verification but the last."""
+    marks = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        handle = ctx.verifier.register_forward_pre_hook(lambda module, args: marks.append(len(caught)))
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            ctx.verifier.generate(**inputs, **kwargs)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+            handle.remove()
+    return [after - before for before, after in pairwise(marks)]
 
 
 def check_host_syncs(ctx: Context) -> dict:
-    """Host synchronisations per iteration: the project's own (counted) and, on CUDA, torch's sync debug mode."""
-    report = {}
+    """Host synchronisations per iteration: at most two of the project's own on the greedy path at batch 1 and 4,
+    the sampling path's count the same at k 4 and 8; on CUDA, also torch's sync debug mode per iteration."""
+    report, failures = {}, []
+    spec = dict(custom_generate=speculative_generate, drafter=ctx.drafter)
     for batch in (1, 4):
         inputs = ctx.inputs(ctx.sentences[:batch])
-        kwargs = dict(GREEDY, custom_generate=speculative_generate, drafter=ctx.drafter, num_draft_tokens=4)
-        with HostSyncCounter(ctx.verifier) as counter:
-            ctx.verifier.generate(**inputs, **kwargs)
-        per_iteration = counter.per_iteration()[:-1]  # the last bucket is the wrap-up after the last iteration
-        entry = {"project_max_per_iteration": max(per_iteration), "project_calls": dict(counter.counts)}
+        kwargs = dict(GREEDY, **spec, num_draft_tokens=4)
+        per_iteration, calls = _counted_per_iteration(ctx, inputs, kwargs)
+        entry = {"project_max_per_iteration": max(per_iteration), "project_calls": calls}
+        if max(per_iteration) > GREEDY_SYNC_BUDGET:
+            failures.append(f"greedy batch {batch}: {max(per_iteration)} > {GREEDY_SYNC_BUDGET} per iteration")
         if ctx.device.type == "cuda":
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                torch.cuda.set_sync_debug_mode("warn")
-                try:
-                    output = ctx.verifier.generate(**inputs, **kwargs, return_dict_in_generate=True)
-                finally:
-                    torch.cuda.set_sync_debug_mode("default")
-            iterations = output.speculative_stats.verifier_calls
-            entry["cuda_syncs_per_iteration_all_code"] = len(caught) / max(iterations, 1)
-        report[f"batch{batch}"] = entry
+            cuda = _cuda_syncs_per_iteration(ctx, inputs, kwargs)
+            entry["cuda_syncs_per_iteration_all_code"] = {"max": max(cuda), "mean": sum(cuda) / len(cuda)}
+        report[f"greedy_batch{batch}"] = entry
+    inputs = ctx.inputs(ctx.sentences[:4])
+    sampling = {}
+    for num_draft_tokens in (4, 8):  # 8: every mask slot of the shipped drafter (the test suite uses 10)
+        torch.manual_seed(0)
+        kwargs = dict(do_sample=True, temperature=0.8, max_new_tokens=32, **spec, num_draft_tokens=num_draft_tokens)
+        per_iteration, _ = _counted_per_iteration(ctx, inputs, kwargs)
+        sampling[num_draft_tokens] = max(per_iteration)
+        report[f"sampling_k{num_draft_tokens}"] = {"project_max_per_iteration": max(per_iteration)}
+    if len(set(sampling.values())) > 1:
+        failures.append(f"sampling: the per-iteration count grows with k: {sampling}")
+    if failures:
+        raise AssertionError("; ".join(failures) + f": {report}")
     return report
 
 
@@ -244,7 +286,7 @@ def _timing_runners(ctx: Context, groups: list[dict], batch: int) -> dict[str, C
 def check_timing(ctx: Context) -> dict:
     """Greedy, β=1 speculative and HF assisted generation, interleaved and synchronised, at batch 1, 4 and 16."""
     report = {}
-    rows = ctx.sentences[: 8 if ctx.tiny else 64]
+    rows = ctx.sentences[: 4 if ctx.tiny else 64]  # tiny: the script must run, not measure
     for batch in (1, 4, 16):
         groups = [ctx.inputs(rows[start : start + batch]) for start in range(0, len(rows), batch)]
         runners = _timing_runners(ctx, groups, batch)

@@ -289,11 +289,12 @@ class GreedyRule:
         """What the rule reads of a position's processed scores: the scores themselves."""
         return processed
 
-    def judge(self, scores, draft, rows, position) -> tuple[torch.BoolTensor, torch.LongTensor]:
-        """`(accepted, stop_token)` of each running row at `position`."""
+    def judge(self, scores, draft, position, in_budget) -> tuple[torch.BoolTensor, torch.LongTensor]:
+        """`(accepted, stop_token)` of every row at `position`; a row past its budget (`in_budget` false) accepts
+        nothing and gets the top-1, what plain greedy decoding emits."""
         top1 = scores.argmax(dim=-1)  # once: the β=1 rule and the stop token both read it
         accepted = draft == top1 if self.beta == 1 else accept_drafts(scores, draft, self.beta, self.tau)
-        return accepted, top1
+        return accepted & in_budget, top1
 
     def fresh(self, scores: torch.FloatTensor) -> torch.LongTensor:
         """The token plain greedy decoding would emit."""
@@ -315,9 +316,13 @@ class SamplingRule:
         """What the rule reads of a position's processed scores: p, computed once per position."""
         return torch.softmax(processed, dim=-1)
 
-    def judge(self, p, draft, rows, position) -> tuple[torch.BoolTensor, torch.LongTensor]:
-        """`(accepted, replacement)` of each running row at `position`."""
-        return speculative_sampling_step(p, self.proposal_q[rows, position], draft)
+    def judge(self, p, draft, position, in_budget) -> tuple[torch.BoolTensor, torch.LongTensor]:
+        """`(accepted, replacement)` of every row at `position`. A row past its budget (`in_budget` false) is judged
+        against q = 0: it accepts nothing, and its residual max(0, p - 0) is p, so it emits what plain sampling
+        draws (one draw for both cases, whatever the rows' budgets)."""
+        q = torch.where(in_budget.unsqueeze(1), self.proposal_q[:, position], 0.0)
+        accepted, replacement = speculative_sampling_step(p, q, draft)
+        return accepted & in_budget, replacement
 
     def fresh(self, p: torch.FloatTensor) -> torch.LongTensor:
         """The token plain sampling would emit."""
@@ -330,15 +335,19 @@ def judge_per_position(
     budgets: torch.LongTensor,
     committed: torch.LongTensor,
     lengths: torch.LongTensor,
+    host_lengths: list[int],
     logits_processor: LogitsProcessorList,
     rule: GreedyRule | SamplingRule,
 ) -> tuple[torch.FloatTensor, torch.LongTensor, torch.LongTensor]:
     """Judge the drafts position by position, each position's scores processed with its exact prefix.
 
     `rule.prepare(processed)` is what the rule reads of a position's scores (computed once per position),
-    `rule.judge(prepared, draft, rows, position)` says which running rows accept their draft and what each emits
-    where it stops, and `rule.fresh(prepared)` is the token plain decoding would emit (after the last draft, or where
-    a row's length budget ends).
+    `rule.judge(prepared, draft, position, in_budget)` says which rows accept their draft and what each emits where
+    it stops (or where its length budget ends), and `rule.fresh(prepared)` is the token plain decoding would emit
+    after the last draft.
+
+    Every row is judged at every position, also after it stopped (what it accepts there is not counted): the
+    host never reads which rows are still running, so the number of host synchronisations does not grow with k.
 
     Args:
         logits (`torch.FloatTensor` of shape `(rows, k + 1, vocab_size)`): The verifier's raw scores.
@@ -346,40 +355,34 @@ def judge_per_position(
         budgets (`torch.LongTensor` of shape `(rows,)`): The most drafts each row may accept.
         committed (`torch.LongTensor` of shape `(rows, length)`): Each row's committed tokens, right-padded.
         lengths (`torch.LongTensor` of shape `(rows,)`): Committed length of each row.
+        host_lengths (`list[int]`): The same lengths, as the host knows them (processors are run per length).
         logits_processor (`LogitsProcessorList`): The processors that may act on these positions.
         rule ([`GreedyRule`] or [`SamplingRule`]): The acceptance mode.
 
     Returns:
-        The processed scores `(rows, k + 1, vocab_size)` (zeros where a row had already stopped), the tokens to
-        append `(rows, k + 1)` and the number of accepted drafts per row `(rows,)`.
+        The processed scores `(rows, k + 1, vocab_size)` (a row's scores after the position where it stops are
+        computed on its rejected drafts: read only its first `num_accepted + 1`), the tokens to append
+        `(rows, k + 1)` and the number of accepted drafts per row `(rows,)`.
     """
     rows, k = drafts.shape
     prefixes = _drafts_after_committed(committed, lengths, drafts)
-    scores = torch.zeros_like(logits)
+    groups = _length_groups(lengths, host_lengths)
+    scores = torch.empty_like(logits)
     new_tokens = torch.empty((rows, k + 1), dtype=torch.long, device=drafts.device)
     num_accepted = torch.zeros(rows, dtype=torch.long, device=drafts.device)
-    running = torch.arange(rows, device=drafts.device)
+    running = torch.ones(rows, dtype=torch.bool, device=drafts.device)
     for position in range(k + 1):
-        processed = _process_by_length(
-            logits_processor, prefixes, lengths + position, running, logits[running, position]
-        )
-        scores[running, position] = processed
+        processed = _process_by_length(logits_processor, prefixes, groups, position, logits[:, position])
+        scores[:, position] = processed
         prepared = rule.prepare(processed)
         if position == k:
-            new_tokens[running, position] = rule.fresh(prepared)
+            new_tokens[:, position] = rule.fresh(prepared)
             break
-        draft = drafts[running, position]
-        accepted, stop_token = rule.judge(prepared, draft, running, position)
-        in_budget = budgets[running] > position
-        if not bool(in_budget.all()):
-            # the length budget, not the rule, ends these rows: emit what plain decoding would emit here
-            stop_token = torch.where(in_budget, stop_token, rule.fresh(prepared))
-            accepted &= in_budget
-        new_tokens[running, position] = torch.where(accepted, draft, stop_token)
-        num_accepted[running[accepted]] += 1
-        running = running[accepted]
-        if running.numel() == 0:
-            break
+        draft = drafts[:, position]
+        accepted, stop_token = rule.judge(prepared, draft, position, budgets > position)
+        new_tokens[:, position] = torch.where(accepted, draft, stop_token)
+        running &= accepted
+        num_accepted += running
     return scores, new_tokens, num_accepted
 
 
@@ -391,17 +394,33 @@ def _drafts_after_committed(committed: torch.LongTensor, lengths: torch.LongTens
     return prefixes
 
 
+def _length_groups(lengths: torch.LongTensor, host_lengths: list[int]) -> list[tuple[int, torch.LongTensor | None]]:
+    """The rows grouped by committed length, `(length, row indices)` in increasing length (`None`: every row, when
+    all have one length). The indices come from a stable sort on the device, cut where the host's lengths say."""
+    distinct = sorted(set(host_lengths))
+    if len(distinct) == 1:
+        return [(distinct[0], None)]
+    order = torch.argsort(lengths, stable=True)
+    groups, start = [], 0
+    for length in distinct:
+        end = start + host_lengths.count(length)
+        groups.append((length, order[start:end]))
+        start = end
+    return groups
+
+
 def _process_by_length(
     logits_processor: LogitsProcessorList,
     prefixes: torch.LongTensor,
-    prefix_lengths: torch.LongTensor,
-    rows: torch.LongTensor,
+    groups: list[tuple[int, torch.LongTensor | None]],
+    position: int,
     raw_scores: torch.FloatTensor,
 ) -> torch.FloatTensor:
     """Run the processors on each group of rows whose prefixes have equal length (processors read the length)."""
-    row_lengths = prefix_lengths[rows]
+    if groups[0][1] is None:
+        # processors may write into the scores they are given: never into the verifier's logits
+        return logits_processor(prefixes[:, : groups[0][0] + position], raw_scores.clone())
     processed = torch.empty_like(raw_scores)
-    for length in row_lengths.unique().tolist():
-        group = (row_lengths == length).nonzero().squeeze(1)
-        processed[group] = logits_processor(prefixes[rows[group], :length], raw_scores[group].clone())
+    for length, rows in groups:
+        processed[rows] = logits_processor(prefixes[rows, : length + position], raw_scores[rows])
     return processed

@@ -27,4 +27,6 @@ def test_cpu_mode_runs_every_check_and_writes_both_reports(tmp_path):
     exactness = results["checks"]["exactness"]["details"]
     assert all(entry["identical"] == entry["rows"] for entry in exactness.values())
     assert results["checks"]["training"]["details"]["final_step"] == 20
+    host_syncs = results["checks"]["host_syncs"]["details"]
+    assert host_syncs["greedy_batch4"]["project_max_per_iteration"] <= gpu_check.GREEDY_SYNC_BUDGET
     assert "| exactness | passed |" in (tmp_path / "gpu_check.md").read_text()

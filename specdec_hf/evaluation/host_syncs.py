@@ -89,6 +89,8 @@ class HostSyncCounter(TorchFunctionMode):
             repeats = args[1] if len(args) > 1 else kwargs.get("repeats")
             if isinstance(repeats, torch.Tensor):
                 name = "repeat_interleave(tensor)"
+        if name == "tensor" and kwargs.get("device") is None:
+            name = None  # a tensor built on the host: no transfer
         if name is not None and _called_from_package():
             self.counts[name] += 1
             self.by_iteration[-1][name] += 1

@@ -151,6 +151,12 @@ class SpecDrafterAdapter(Drafter):
             [`SpecDrafterState`]
         """
         model = self.model
+        # the verifier's encoder output and the source may live on another device than the drafter
+        device = model.shared.weight.device
+        input_ids, attention_mask, encoder_hidden_states = (
+            None if tensor is None else tensor.to(device)
+            for tensor in (input_ids, attention_mask, encoder_hidden_states)
+        )
         if model.encoder is None:
             if encoder_hidden_states is None:
                 raise ValueError("`use_verifier_encoder=True` needs the verifier's `encoder_hidden_states`.")

@@ -104,6 +104,8 @@ class Rows:
         lengths (`list[int]`): Committed length of every row of the batch.
         active (`list[int]`): The batch index of each row still decoding, in order.
         active_index (`torch.LongTensor` of shape `(len(active),)`): `active` as a tensor.
+        active_lengths (`torch.LongTensor` of shape `(len(active),)`): The active rows' committed lengths, kept on
+            the device alongside `lengths` (so that no iteration copies them there).
         recorded (`list[list]`, *optional*): Per row, the `(scores, logits)` of each iteration's new tokens (only
             when `output_scores` / `output_logits` asked for them).
     """
@@ -112,6 +114,7 @@ class Rows:
     lengths: list[int]
     active: list[int]
     active_index: torch.LongTensor
+    active_lengths: torch.LongTensor
     recorded: list[list[tuple[torch.FloatTensor, torch.FloatTensor]]] | None
 
 
@@ -121,11 +124,13 @@ class ActiveBatch(NamedTuple):
     Args:
         committed (`torch.LongTensor` of shape `(rows, length)`): Their committed tokens, pad after.
         lengths (`torch.LongTensor` of shape `(rows,)`): Their committed lengths.
+        host_lengths (`list[int]`): The same lengths, as the host knows them.
         shortest (`int`), longest (`int`): The smallest and largest of `lengths`.
     """
 
     committed: torch.LongTensor
     lengths: torch.LongTensor
+    host_lengths: list[int]
     shortest: int
     longest: int
 
@@ -178,6 +183,9 @@ def run_speculative_loop(
             accepted (batch size 1).
     """
     rows = _start(input_ids, config)
+    if encoder_attention_mask is not None and bool(encoder_attention_mask.all()):
+        # no padding: an all-ones mask would only make the verifier's mask code inspect it at every call
+        encoder_attention_mask = None
     context = RowContext(encoder_outputs, encoder_attention_mask, drafter_state)
     stats = SpeculativeDecodingStats.for_batch(input_ids.shape[0], config.num_draft_tokens)
     # only EOS and length criteria (generate()'s defaults): the stop stage applies them vectorised
@@ -202,13 +210,19 @@ def run_speculative_loop(
         scores, new_tokens, num_accepted = accept(logits, drafts, budgets, batch, acting, proposal_q, config)
         # 4. Stop
         num_new, finished = stop(new_tokens, num_accepted + 1, batch, scores, stopping_criteria, simple, config)
-        # 5. Commit: write and count the new tokens, release finished rows, crop the verifier's cache
-        num_new_list = commit(rows, batch.lengths, new_tokens, num_new, config.pad_token_id, streamer)
-        accepted_list = torch.minimum(num_accepted, num_new).tolist()
-        stats.count_iteration(rows.active, num_new_list, budgets.tolist(), accepted_list)
+        # 5. Commit: write the new tokens, read this iteration's outcome on the host (its one transfer), count
+        # them, release finished rows, crop the verifier's cache
+        commit(rows, batch.lengths, new_tokens, num_new, config.pad_token_id)
+        streamed = new_tokens[0] if streamer is not None else None
+        outcome = _read_outcome(num_new, finished, torch.minimum(num_accepted, num_new), budgets, streamed)
+        if streamer is not None:
+            # a host tensor, as generate() hands its streamers, built from the tokens the transfer brought over
+            streamer.put(torch.tensor(outcome.streamed[: outcome.num_new[0]]))
+        _advance_lengths(rows, outcome.num_new)
+        stats.count_iteration(rows.active, outcome.num_new, outcome.drafted, outcome.accepted)
         if rows.recorded is not None:
-            _record_scores(rows, num_new_list, scores, logits)
-        cache_length = release_finished_rows(rows, context, cache, drafter, finished, fed_length)
+            _record_scores(rows, outcome.num_new, scores, logits)
+        cache_length = release_finished_rows(rows, context, cache, drafter, finished, outcome.finished, fed_length)
 
     if streamer is not None:
         streamer.end()
@@ -227,6 +241,7 @@ def _start(input_ids: torch.LongTensor, config: SpeculativeLoopConfig) -> Rows:
         lengths=[prompt_length] * batch_size,
         active=list(range(batch_size)),
         active_index=torch.arange(batch_size, device=input_ids.device),
+        active_lengths=torch.full((batch_size,), prompt_length, dtype=torch.long, device=input_ids.device),
         recorded=[[] for _ in range(batch_size)] if record else None,
     )
 
@@ -257,8 +272,7 @@ def _reserve_columns(rows: Rows, config: SpeculativeLoopConfig) -> None:
 def _active_batch(rows: Rows) -> ActiveBatch:
     row_lengths = [rows.lengths[r] for r in rows.active]
     committed = rows.sequences.index_select(0, rows.active_index)
-    lengths = torch.tensor(row_lengths, device=committed.device)
-    return ActiveBatch(committed, lengths, min(row_lengths), max(row_lengths))
+    return ActiveBatch(committed, rows.active_lengths, row_lengths, min(row_lengths), max(row_lengths))
 
 
 def _iteration_k(
@@ -386,9 +400,7 @@ def verify(
         last committed token and after each draft; and the cache length after the forward.
     """
     committed = batch.committed
-    decoder_input, logit_positions = _verifier_input(
-        committed, batch.lengths, cache_length, drafts, config.pad_token_id
-    )
+    decoder_input, logit_positions = _verifier_input(batch, cache_length, drafts, config.pad_token_id)
     outputs = verifier(
         decoder_input_ids=decoder_input,
         encoder_outputs=context.encoder_outputs,
@@ -412,11 +424,7 @@ def verify(
 
 
 def _verifier_input(
-    committed: torch.LongTensor,
-    lengths: torch.LongTensor,
-    cache_length: int,
-    drafts: torch.LongTensor,
-    pad: int,
+    batch: ActiveBatch, cache_length: int, drafts: torch.LongTensor, pad: int
 ) -> tuple[torch.LongTensor, torch.LongTensor | None]:
     """Lay out ``[committed[C:len_r], d_1..d_k, pad...]`` per row.
 
@@ -425,15 +433,15 @@ def _verifier_input(
         number of uncached tokens, the `(rows, k + 1)` positions whose logits verify the drafts (`None` means the
         last k + 1 positions of every row).
     """
-    uncached = lengths - cache_length
+    committed = batch.committed
     k = drafts.shape[1]
-    max_uncached = int(uncached.max())
-    if committed.shape[0] == 1 or int(uncached.min()) == max_uncached:
+    max_uncached = batch.longest - cache_length  # the host's lengths: no read of the device's
+    if batch.shortest == batch.longest:
         decoder_input = torch.cat([committed[:, cache_length : cache_length + max_uncached], drafts], dim=1)
         return decoder_input, None
     width = max_uncached + k
     offsets = torch.arange(width, device=committed.device).unsqueeze(0)
-    uncached = uncached.unsqueeze(1)
+    uncached = (batch.lengths - cache_length).unsqueeze(1)
     from_committed = committed[:, cache_length : cache_length + width]
     from_drafts = drafts.gather(1, (offsets - uncached).clamp(0, max(k - 1, 0))) if k > 0 else from_committed
     decoder_input = torch.where(
@@ -502,7 +510,9 @@ def accept(
         new_tokens, num_accepted = accept_all_positions(scores, drafts, budgets, config.beta, config.tau)
         return scores, new_tokens, num_accepted
     rule = SamplingRule(proposal_q) if config.do_sample else GreedyRule(config.beta, config.tau)
-    return judge_per_position(logits, drafts, budgets, batch.committed, batch.lengths, acting, rule)
+    return judge_per_position(
+        logits, drafts, budgets, batch.committed, batch.lengths, batch.host_lengths, acting, rule
+    )
 
 
 def stop(
@@ -584,34 +594,61 @@ def _stop_by_criteria(
 
 
 def commit(
-    rows: Rows,
-    lengths: torch.LongTensor,
-    new_tokens: torch.LongTensor,
-    num_new: torch.LongTensor,
-    pad_token_id: int,
-    streamer=None,
-) -> list[int]:
-    """Stage 5: append each active row's first `num_new` new tokens to its committed tokens.
+    rows: Rows, lengths: torch.LongTensor, new_tokens: torch.LongTensor, num_new: torch.LongTensor, pad_token_id: int
+) -> None:
+    """Stage 5: append each active row's first `num_new` new tokens to its committed tokens, on the device.
 
     Args:
         lengths (`torch.LongTensor` of shape `(rows,)`): Committed lengths before this iteration.
         new_tokens (`torch.LongTensor` of shape `(rows, k + 1)`), num_new (`torch.LongTensor` of shape `(rows,)`):
             The tokens and how many of them each row appends.
-
-    Returns:
-        `num_new` as a list.
     """
     offsets = torch.arange(new_tokens.shape[1], device=new_tokens.device)
     keep_token = offsets.unsqueeze(0) < num_new.unsqueeze(1)
     rows.sequences[rows.active_index.unsqueeze(1), lengths.unsqueeze(1) + offsets] = torch.where(
         keep_token, new_tokens, pad_token_id
     )
-    if streamer is not None:
-        streamer.put(new_tokens[0, : int(num_new[0])].cpu())
-    num_new_list = num_new.tolist()
+    rows.active_lengths = lengths + num_new
+
+
+class Outcome(NamedTuple):
+    """What an iteration's one device-to-host transfer brings over, per active row: the tokens appended, whether
+    the row finished, the drafts it accepted and the drafts it verified (and row 0's new tokens, for a streamer)."""
+
+    num_new: list[int]
+    finished: list[bool]
+    accepted: list[int]
+    drafted: list[int]
+    streamed: list[int] | None
+
+
+def _read_outcome(
+    num_new: torch.LongTensor,
+    finished: torch.BoolTensor,
+    accepted: torch.LongTensor,
+    drafted: torch.LongTensor,
+    streamed: torch.LongTensor | None,
+) -> Outcome:
+    """The iteration's outcome on the host, in one transfer (each read of a device value waits for the device;
+    the statistics ride along with what the loop must read anyway)."""
+    rows = num_new.shape[0]
+    parts = [num_new, finished.long(), accepted, drafted]
+    if streamed is not None:
+        parts.append(streamed)
+    values = torch.cat(parts).tolist()
+    return Outcome(
+        num_new=values[:rows],
+        finished=[bool(done) for done in values[rows : 2 * rows]],
+        accepted=values[2 * rows : 3 * rows],
+        drafted=values[3 * rows : 4 * rows],
+        streamed=values[4 * rows :] if streamed is not None else None,
+    )
+
+
+def _advance_lengths(rows: Rows, num_new: list[int]) -> None:
+    """The host's copy of the committed lengths, advanced by what each active row appended."""
     for local, row in enumerate(rows.active):
-        rows.lengths[row] += num_new_list[local]
-    return num_new_list
+        rows.lengths[row] += num_new[local]
 
 
 def _record_scores(rows: Rows, num_new: list[int], scores: torch.FloatTensor, logits: torch.FloatTensor) -> None:
@@ -626,6 +663,7 @@ def release_finished_rows(
     cache: EncoderDecoderCache,
     drafter: Drafter,
     finished: torch.BoolTensor,
+    finished_list: list[bool],
     fed_length: int,
 ) -> int:
     """Stage 5 (end): drop finished rows from everything the loop holds per row, and crop the verifier's cache to
@@ -633,20 +671,21 @@ def release_finished_rows(
 
     Args:
         finished (`torch.BoolTensor` of shape `(rows,)`): Rows that stop after this iteration.
+        finished_list (`list[bool]`): The same, on the host.
         fed_length (`int`): The verifier cache's length after this iteration's forward.
 
     Returns:
         The verifier cache's new length: the shortest active row's committed length minus one (0 when no row is
         left).
     """
-    finished_list = finished.tolist()
     if any(finished_list):
-        keep = [local for local, done in enumerate(finished_list) if not done]
-        rows.active = [rows.active[local] for local in keep]
+        rows.active = [row for row, done in zip(rows.active, finished_list, strict=True) if not done]
         if not rows.active:
             return 0
-        keep_index = torch.tensor(keep, device=finished.device)
+        # the unfinished rows' indices, in order, computed where `finished` is (the host knows only how many)
+        keep_index = torch.argsort(finished.to(torch.uint8), stable=True)[: len(rows.active)]
         rows.active_index = rows.active_index.index_select(0, keep_index)
+        rows.active_lengths = rows.active_lengths.index_select(0, keep_index)
         cache.batch_select_indices(keep_index)
         _select_rows(context, drafter, keep_index)
     cache_length = min(rows.lengths[r] for r in rows.active) - 1

@@ -2,7 +2,13 @@
 
 from .arguments import DrafterTrainingArguments
 from .block_examples import BlockExamples, choose_split_lengths, every_split_labels, sample_block_examples
-from .checkpointing import find_latest_checkpoint, load_checkpoint, read_training_state, save_checkpoint_atomically
+from .checkpointing import (
+    find_latest_checkpoint,
+    is_checkpoint_writer,
+    load_checkpoint,
+    read_training_state,
+    save_checkpoint_atomically,
+)
 from .collator import DistilledBatchCollator
 from .drafter_evaluation import evaluate_drafter
 from .glancing import glancing_targets
@@ -27,6 +33,7 @@ __all__ = [
     "every_split_labels",
     "find_latest_checkpoint",
     "frequent_token_ids",
+    "is_checkpoint_writer",
     "fit_drafter_in_memory",
     "glancing_targets",
     "load_checkpoint",

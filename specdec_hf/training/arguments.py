@@ -96,6 +96,13 @@ class DrafterTrainingArguments:
     # --- checkpoints, evaluation, logging ---
     checkpointing_steps: int = field(default=1000, metadata={"help": "Save a resumable checkpoint every N steps."})
     checkpoints_total_limit: int = field(default=2, metadata={"help": "Checkpoints kept (oldest deleted first)."})
+    save_on_each_node: bool = field(
+        default=False,
+        metadata={
+            "help": "Write checkpoints on every machine (each in its own output_dir), for several machines without a "
+            "shared filesystem; leave off when they share output_dir."
+        },
+    )
     resume_from_checkpoint: str | None = field(
         default=None, metadata={"help": "A checkpoint directory, or 'latest' for the newest in output_dir."}
     )

@@ -9,7 +9,13 @@ from pathlib import Path
 
 from ..model_files import find_damaged_file
 
-__all__ = ["find_latest_checkpoint", "load_checkpoint", "read_training_state", "save_checkpoint_atomically"]
+__all__ = [
+    "find_latest_checkpoint",
+    "is_checkpoint_writer",
+    "load_checkpoint",
+    "read_training_state",
+    "save_checkpoint_atomically",
+]
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 _STATE_FILE = "training_state.json"
@@ -19,7 +25,10 @@ def save_checkpoint_atomically(accelerator, output_dir: str | Path, step: int, s
     """`accelerator.save_state` into `output_dir/checkpoint-{step}` via a temporary directory and a rename.
 
     A run killed while writing leaves only a `.tmp` directory, which `find_latest_checkpoint` ignores, so the last
-    good checkpoint stays usable. Only the main process renames and prunes; all processes take part in the save.
+    good checkpoint stays usable. All processes take part in the save; the main process renames and prunes, or,
+    when the accelerator saves on each node (`ProjectConfiguration(save_on_each_node=True)`: machines without a
+    shared filesystem), each machine's local main process does so in its own `output_dir`, so that every machine
+    can resume from `latest`.
 
     Args:
         accelerator (`accelerate.Accelerator`): Saves model, optimizer, scheduler, RNG and dataloader states.
@@ -31,13 +40,14 @@ def save_checkpoint_atomically(accelerator, output_dir: str | Path, step: int, s
     output_dir = Path(output_dir)
     final = output_dir / f"checkpoint-{step}"
     temporary = output_dir / f"checkpoint-{step}.tmp"
-    if accelerator.is_main_process and temporary.exists():
+    writes = is_checkpoint_writer(accelerator)
+    if writes and temporary.exists():
         shutil.rmtree(temporary)
     accelerator.wait_for_everyone()
     accelerator.save_state(str(temporary))
     # every rank writes its own files (RNG states, ...): all must be done before the directory is marked complete
     accelerator.wait_for_everyone()
-    if accelerator.is_main_process:
+    if writes:
         (temporary / _STATE_FILE).write_text(json.dumps(state, indent=2))
         if final.exists():
             shutil.rmtree(final)
@@ -46,6 +56,14 @@ def save_checkpoint_atomically(accelerator, output_dir: str | Path, step: int, s
             shutil.rmtree(old)
     accelerator.wait_for_everyone()
     return final
+
+
+def is_checkpoint_writer(accelerator) -> bool:
+    """Whether this process writes what is not per rank (the state file, the rename, the pruning): the main process,
+    or each machine's local main process when the accelerator saves on each node."""
+    if accelerator.project_configuration.save_on_each_node:
+        return accelerator.is_local_main_process
+    return accelerator.is_main_process
 
 
 def _checkpoints(output_dir: Path) -> list[Path]:

@@ -13,6 +13,9 @@ output k tokens at a time. A batch's loss is built from
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import torch
@@ -93,7 +96,13 @@ class VerifierTeacherOutputs:
 
 
 @torch.no_grad()
-def verifier_teacher_outputs(verifier, drafter, batch: dict, soft_labels: bool) -> VerifierTeacherOutputs:
+def verifier_teacher_outputs(
+    verifier,
+    drafter,
+    batch: dict,
+    soft_labels: bool,
+    autocast: Callable[[], AbstractContextManager] | None = None,
+) -> VerifierTeacherOutputs:
     """Run the frozen verifier over the batch's sources and distilled targets, only as far as the drafter needs.
 
     Args:
@@ -101,33 +110,43 @@ def verifier_teacher_outputs(verifier, drafter, batch: dict, soft_labels: bool) 
         drafter (`SpecDrafterModel`): The (unwrapped) drafter: decides what is needed.
         batch (`dict`): `input_ids`, `attention_mask`, `target_ids`, `target_lengths` (see `DistilledBatchCollator`).
         soft_labels (`bool`): Whether to return the verifier's log-distribution at every target position.
+        autocast (`Callable`, *optional*): The run's mixed precision (e.g. `accelerator.autocast`): the verifier's
+            passes run under it, as the drafter's do. Its outputs are float32 whatever it computed in.
     """
     config = drafter.config
     layers = config.verifier_state_layers
     if not (config.use_verifier_encoder or soft_labels or layers):
         return VerifierTeacherOutputs()
-    encoder_states = verifier.get_encoder()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])[0]
-    outputs = VerifierTeacherOutputs(encoder_states=encoder_states if config.use_verifier_encoder else None)
-    if not (soft_labels or layers):
+    with (autocast or contextlib.nullcontext)():
+        encoder_states = verifier.get_encoder()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])[
+            0
+        ]
+        decoded = None
+        if soft_labels or layers:
+            target_ids = batch["target_ids"]
+            target_mask = (
+                torch.arange(target_ids.shape[1], device=target_ids.device) < batch["target_lengths"][:, None]
+            )
+            decoded = verifier(
+                encoder_outputs=(encoder_states,),
+                attention_mask=batch["attention_mask"],
+                decoder_input_ids=target_ids,
+                decoder_attention_mask=target_mask.long(),
+                output_hidden_states=bool(layers),
+                use_cache=False,
+                return_dict=True,
+            )
+    # float32 for what the drafter and the loss read: its master weights, the log-softmax and the KL term
+    outputs = VerifierTeacherOutputs(encoder_states=encoder_states.float() if config.use_verifier_encoder else None)
+    if decoded is None:
         return outputs
-    target_ids = batch["target_ids"]
-    target_mask = torch.arange(target_ids.shape[1], device=target_ids.device) < batch["target_lengths"][:, None]
-    decoded = verifier(
-        encoder_outputs=(encoder_states,),
-        attention_mask=batch["attention_mask"],
-        decoder_input_ids=target_ids,
-        decoder_attention_mask=target_mask.long(),
-        output_hidden_states=bool(layers),
-        use_cache=False,
-        return_dict=True,
-    )
     if soft_labels:
         logits = decoded.logits.float()
         if drafter.draft_vocab_ids is not None:
             logits = logits[..., drafter.draft_vocab_ids.to(logits.device)]
         outputs.log_probs = torch.log_softmax(logits, dim=-1)
     if layers:
-        outputs.decoder_states = torch.cat([decoded.decoder_hidden_states[index] for index in layers], dim=-1)
+        outputs.decoder_states = torch.cat([decoded.decoder_hidden_states[index] for index in layers], dim=-1).float()
     return outputs
 
 
@@ -138,6 +157,7 @@ def drafter_training_loss(
     settings: DrafterLossSettings,
     generator: torch.Generator | None = None,
     drafter=None,
+    autocast: Callable[[], AbstractContextManager] | None = None,
 ) -> tuple[torch.Tensor, int]:
     """The loss of one batch, ready for `backward()`.
 
@@ -148,6 +168,8 @@ def drafter_training_loss(
         settings ([`DrafterLossSettings`]): What the loss is made of.
         generator (`torch.Generator`, *optional*): Draws split points and glancing choices (CPU generator).
         drafter (`SpecDrafterModel`, *optional*): The unwrapped model, when `model` is a wrapper.
+        autocast (`Callable`, *optional*): The run's mixed precision for the verifier's teacher pass (e.g.
+            `accelerator.autocast`; a model prepared by accelerate already runs its own forward under it).
 
     Returns:
         `(loss, num_label_tokens)`: the mean loss over the drafted positions and how many target tokens it covers.
@@ -156,7 +178,7 @@ def drafter_training_loss(
     pad = drafter.config.pad_token_id
     num_draft_tokens = drafter.config.max_draft_tokens  # every mask slot is trained
     device = batch["input_ids"].device
-    teacher = verifier_teacher_outputs(verifier, drafter, batch, soft_labels=settings.soft_label_weight > 0)
+    teacher = verifier_teacher_outputs(verifier, drafter, batch, settings.soft_label_weight > 0, autocast)
     inputs = dict(
         input_ids=batch["input_ids"],
         attention_mask=batch["attention_mask"],

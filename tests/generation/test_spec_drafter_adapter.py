@@ -7,6 +7,7 @@ import pytest
 import torch
 from conftest import VOCAB_SIZE, build_verifier, make_source_batch
 from tiny_drafters import ATOL, NUM_DRAFT_TOKENS, propose_fresh, random_prefixes, tiny_drafter
+from torch.overrides import TorchFunctionMode
 
 from specdec_hf import SpecDrafterAdapter, SpecDrafterModel
 from specdec_hf.drafting import Drafter, validate_drafter
@@ -131,3 +132,38 @@ def test_drafting_errors():
         propose_fresh(drafter, source, random_prefixes([14]), [14])
     with pytest.raises(ValueError, match="input_ids"):
         SpecDrafterAdapter(drafter).init_drafting_state(None, None, torch.zeros(1, 3, 32))
+
+
+class _RecordMoves(TorchFunctionMode):
+    """Records the tensors that `Tensor.to` is asked to move to a device (by identity)."""
+
+    def __init__(self):
+        super().__init__()
+        self.moved = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.Tensor.to:
+            device = kwargs.get("device", args[1] if len(args) > 1 else None)
+            if isinstance(device, (torch.device, str)):
+                self.moved.append((id(args[0]), torch.device(device)))
+        return func(*args, **kwargs)
+
+
+@pytest.mark.parametrize("encoder", ["own", "verifier"])
+def test_drafting_state_moves_its_inputs_to_the_drafters_device(encoder):
+    """The source and the verifier's encoder output follow the drafter to its device. One CPU cannot hold two
+    devices: the test checks that each input is moved to the drafter's device (and, with a drafter in another
+    dtype than the verifier's encoder output, that the state is built in the drafter's dtype)."""
+    verifier = build_verifier("bart")
+    drafter = SpecDrafterModel.from_verifier(
+        verifier, max_draft_tokens=NUM_DRAFT_TOKENS, decoder_layers=1, use_verifier_encoder=encoder == "verifier"
+    ).to(torch.bfloat16)
+    source = make_source_batch(2)
+    encoder_states = verifier.get_encoder()(**source)[0]
+    inputs = (source["input_ids"], source["attention_mask"], encoder_states)
+    with _RecordMoves() as recorder:
+        state = SpecDrafterAdapter(drafter).init_drafting_state(*inputs)
+    for tensor in inputs:
+        assert (id(tensor), drafter.device) in recorder.moved
+    assert state.cross_key_values[0][0].dtype == torch.bfloat16

@@ -128,3 +128,33 @@ def test_in_memory_trainer_trains_a_verifier_encoder_drafter():
     )
     assert torch.equal(output.sequences, targets[:16])
     assert output.speculative_stats.tokens_per_iteration > 1.5
+
+
+def test_teacher_pass_runs_under_the_runs_mixed_precision_and_returns_float32():
+    verifier = build_verifier("bart")
+    batch = _batch(verifier)
+    drafter = SpecDrafterModel.from_verifier(
+        verifier,
+        max_draft_tokens=3,
+        decoder_layers=1,
+        use_verifier_encoder=True,
+        prefix_attention="causal",
+        verifier_state_layers=[1, -1],
+    )
+    computed_in = []
+    for module in (verifier.get_encoder().layers[0].fc1, verifier.lm_head):
+        module.register_forward_hook(lambda module, args, output: computed_in.append(output.dtype))
+
+    def bfloat16_autocast():
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+
+    mixed = verifier_teacher_outputs(verifier, drafter, batch, soft_labels=True, autocast=bfloat16_autocast)
+    full = verifier_teacher_outputs(verifier, drafter, batch, soft_labels=True)
+    assert computed_in == [torch.bfloat16, torch.bfloat16, torch.float32, torch.float32]
+    for name in ("encoder_states", "log_probs", "decoder_states"):
+        assert getattr(mixed, name).dtype == torch.float32, name
+        torch.testing.assert_close(getattr(mixed, name), getattr(full, name), atol=0.1, rtol=0.05)
+    settings = DrafterLossSettings(soft_label_weight=0.5)
+    with bfloat16_autocast():
+        loss, _ = drafter_training_loss(drafter, verifier, batch, settings, autocast=bfloat16_autocast)
+    assert loss.dtype == torch.float32 and torch.isfinite(loss)
