@@ -45,7 +45,7 @@ class EstimateArguments:
             "nargs": "+",
         },
     )
-    num_draft_tokens: str = field(default="2,4,6,8", metadata={"help": "The k to measure, comma-separated."})
+    num_draft_tokens: str = field(default="2,4,8", metadata={"help": "The k to measure, comma-separated."})
     acceptance: str | None = field(
         default=None,
         metadata={
@@ -66,11 +66,11 @@ class EstimateArguments:
     tokens_per_iteration: str = field(
         default="2,2.5,3,3.5,4", metadata={"help": "The Tok. values at which speed-ups are projected."}
     )
-    sentences: int = field(default=4, metadata={"help": "Random source sentences per shape (batch size 1)."})
+    sentences: int = field(default=3, metadata={"help": "Random source sentences per shape (batch size 1)."})
     source_length: int = field(default=24, metadata={"help": "Source tokens per sentence."})
     max_new_tokens: int = field(default=48, metadata={"help": "Tokens generated per sentence (EOS is off)."})
-    rounds: int = field(default=5, metadata={"help": "Interleaved timing rounds of the direct runs."})
-    calibration_rounds: int = field(default=2, metadata={"help": "Instrumented runs per k (median)."})
+    rounds: int = field(default=3, metadata={"help": "Interleaved timing rounds of the direct runs."})
+    calibration_rounds: int = field(default=1, metadata={"help": "Instrumented runs per k (median)."})
     threads: int | None = field(default=None, metadata={"help": "torch threads (default: torch's)."})
     device: str = field(default="cuda" if torch.cuda.is_available() else "cpu", metadata={"help": "cpu or cuda."})
     dtype: str = field(default="float32", metadata={"help": f"Weights: {', '.join(_DTYPES)}."})

@@ -43,11 +43,11 @@ RECOMMENDED_HEAD_SIZE = 4096
 class MeasurementSettings:
     """How a shape is measured: the inputs, the repeats and the machine settings."""
 
-    sentences: int = 4
+    sentences: int = 3
     source_length: int = 24
     max_new_tokens: int = 48
-    rounds: int = 5
-    calibration_rounds: int = 2
+    rounds: int = 3
+    calibration_rounds: int = 1
     device: str = "cpu"
     dtype: torch.dtype = torch.float32
     prepack_linear: bool = True
