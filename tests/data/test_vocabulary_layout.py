@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import build_verifier, build_word_tokenizer
+from transformers import AutoTokenizer
 
 from specdec_hf.data.vocabulary_layout import pad_last_permutation, relayout_marian_model, relayout_tokenizer
 
@@ -49,3 +50,18 @@ def test_relaid_model_scores_every_token_as_before_up_to_the_permutation(tied):
     torch.testing.assert_close(after, before[..., old_ids])
     assert model.model.decoder.embed_tokens.weight[relaid_tokenizer.pad_token_id].abs().max() == 0
     assert model.generation_config.bad_words_ids == [[relaid_tokenizer.pad_token_id]]
+
+
+def test_the_demo_tokenizer_relaid_keeps_every_held_out_sentence():
+    """The demo verifier's 8k tokenizer, as verifier v2 re-lays it: the same pieces and strings, ids permuted."""
+    demo = Path(__file__).resolve().parents[2] / "models" / "demo-en-de"
+    tokenizer = AutoTokenizer.from_pretrained(demo / "verifier")
+    if tokenizer.pad_token_id == len(tokenizer) - 1:
+        pytest.skip("the shipped verifier already has Marian's layout")
+    old_ids = pad_last_permutation(len(tokenizer), tokenizer.pad_token_id)
+    relaid = relayout_tokenizer(tokenizer, old_ids)
+    rows = [json.loads(line)["translation"] for line in (demo / "heldout_test.jsonl").read_text().splitlines()]
+    for text in (text for row in rows for text in (row["en"], row["de"])):
+        before, after = tokenizer(text)["input_ids"], relaid(text)["input_ids"]
+        assert [old_ids[i] for i in after] == before
+        assert relaid.decode(after, skip_special_tokens=True) == tokenizer.decode(before, skip_special_tokens=True)
