@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from ..drafting import Drafter, DraftProposal
-from ..generation import as_drafter
+from ..generation.wrapping_drafter import WrappingDrafter
 
 __all__ = ["ProfileOracleDrafter"]
 
@@ -26,7 +26,7 @@ class _OracleState:
     iterations: torch.LongTensor  # (active_rows,) propose calls so far per row
 
 
-class ProfileOracleDrafter(Drafter):
+class ProfileOracleDrafter(WrappingDrafter):
     """
     Wraps a drafter: runs its `propose`, then drafts the reference continuation, right for `accepted[row, it]`
     positions of iteration `it` and wrong from there on.
@@ -41,25 +41,9 @@ class ProfileOracleDrafter(Drafter):
     """
 
     def __init__(self, drafter: Drafter, reference: torch.LongTensor, accepted: torch.LongTensor):
-        self.drafter = as_drafter(drafter)
+        super().__init__(drafter)
         self.reference = reference
         self.accepted = accepted
-
-    @property
-    def vocab_size(self) -> int:
-        return self.drafter.vocab_size
-
-    @property
-    def num_draft_tokens(self) -> int:
-        return self.drafter.num_draft_tokens
-
-    @property
-    def max_draft_tokens(self) -> int | None:
-        return getattr(self.drafter, "max_draft_tokens", None)
-
-    @property
-    def verifier_state_layers(self) -> list[int] | None:
-        return getattr(self.drafter, "verifier_state_layers", None)
 
     def init_drafting_state(self, input_ids, attention_mask, encoder_hidden_states) -> _OracleState:
         """The wrapped drafter's state, plus each row's identity and iteration count."""

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from ..drafting import Drafter, DraftProposal
-from ..generation import as_drafter
+from ..generation.wrapping_drafter import WrappingDrafter
 
 __all__ = ["ModuleTimer", "TimedDrafter", "median", "synchronize", "timed"]
 
@@ -88,7 +88,7 @@ class ModuleTimer:
         return post_hook
 
 
-class TimedDrafter(Drafter):
+class TimedDrafter(WrappingDrafter):
     """A `Drafter` that times the wrapped drafter's `init_drafting_state` and `propose` calls.
 
     Args:
@@ -97,30 +97,11 @@ class TimedDrafter(Drafter):
     """
 
     def __init__(self, drafter: Drafter, device: torch.device):
-        self.drafter = as_drafter(drafter)
+        super().__init__(drafter)
         self.device = device
         self.total_s = 0.0
         self.propose_s = 0.0  # the part of `total_s` spent in `propose` (the rest: `init_drafting_state`)
         self.propose_calls = 0
-
-    @property
-    def vocab_size(self) -> int:
-        return self.drafter.vocab_size
-
-    @property
-    def num_draft_tokens(self) -> int:
-        return self.drafter.num_draft_tokens
-
-    @property
-    def max_draft_tokens(self) -> int | None:
-        """The wrapped drafter's limit on k (`None`: none), so that `generate()` checks `num_draft_tokens` against
-        it."""
-        return getattr(self.drafter, "max_draft_tokens", None)
-
-    @property
-    def verifier_state_layers(self) -> list[int] | None:
-        """The wrapped drafter's; the loop hands `propose` the verifier's states only when it is set."""
-        return getattr(self.drafter, "verifier_state_layers", None)
 
     def _time(self, fn: Callable[[], Any]) -> Any:
         seconds, result = timed(fn, self.device)
