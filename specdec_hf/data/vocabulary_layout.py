@@ -1,4 +1,4 @@
-"""Re-lays a Marian model's vocabulary so that `<pad>` is the last id, as in real Marian checkpoints.
+"""Re-lays a Marian model's (and its drafter's) vocabulary so that `<pad>` is the last id, as in real Marian checkpoints.
 
 Marian checkpoints converted from OPUS-MT (e.g. `Helsinki-NLP/opus-mt-en-de`) put `</s>` at id 0, `<unk>` at id 1 and
 `<pad>` last, with an all-zero embedding row for `<pad>` (the decoder starts from it) and `bad_words_ids=[[pad]]` in
@@ -14,6 +14,8 @@ import json
 import torch
 from tokenizers import Tokenizer
 from transformers import MarianMTModel, PreTrainedTokenizerFast
+
+from specdec_hf.models.modeling_spec_drafter import SpecDrafterModel
 
 
 def pad_last_permutation(vocab_size: int, pad_id: int) -> list[int]:
@@ -112,4 +114,41 @@ def relayout_marian_model(model: MarianMTModel, old_ids: list[int], tokenizer: P
     model.generation_config.bad_words_ids = [[pad]]
 
 
-__all__ = ["pad_last_permutation", "relayout_marian_model", "relayout_tokenizer"]
+@torch.no_grad()
+def relayout_spec_drafter(drafter: SpecDrafterModel, old_ids: list[int], tokenizer: PreTrainedTokenizerFast) -> None:
+    """
+    Permutes a `SpecDrafterModel`'s vocabulary in place to the layout of `tokenizer`, so that it can draft for the
+    re-laid verifier (e.g. to start a new verifier's drafter from a trained one).
+
+    The input embedding rows and, for a full-vocabulary head, the LM head rows and `final_logits_bias` are permuted; a
+    reduced head keeps its rows and has its `draft_vocab_ids` mapped to the new ids. Unlike the verifier, no row is
+    zeroed: the drafter's scores for permuted inputs are exactly its old scores, permuted. The special ids of its
+    config are taken from `tokenizer` (the decoder starts from `<pad>`, as in Marian).
+
+    Args:
+        drafter (`SpecDrafterModel`): A drafter of the old layout.
+        old_ids (`list[int]`): `old_ids[new_id]`, e.g. from `pad_last_permutation`.
+        tokenizer (`PreTrainedTokenizerFast`): The re-laid tokenizer (from `relayout_tokenizer`).
+    """
+    if sorted(old_ids) != list(range(drafter.config.vocab_size)):
+        raise ValueError(
+            f"old_ids must be a permutation of range({drafter.config.vocab_size}), the drafter's vocabulary"
+        )
+    index = torch.tensor(old_ids, device=drafter.shared.weight.device)
+    vocabulary_rows = {drafter.shared.weight.data_ptr(): drafter.shared.weight}
+    if drafter.draft_vocab_ids is None:
+        vocabulary_rows.setdefault(drafter.lm_head.weight.data_ptr(), drafter.lm_head.weight)
+        drafter.final_logits_bias.copy_(drafter.final_logits_bias[:, index])
+    else:
+        new_id = torch.empty_like(index)
+        new_id[index] = torch.arange(len(old_ids), device=index.device)
+        drafter.draft_vocab_ids.copy_(new_id[drafter.draft_vocab_ids.to(index.device)])
+    for weight in vocabulary_rows.values():
+        weight.copy_(weight[index])
+    drafter.config.pad_token_id = tokenizer.pad_token_id
+    drafter.config.eos_token_id = tokenizer.eos_token_id
+    drafter.config.decoder_start_token_id = tokenizer.pad_token_id
+    drafter.config.bos_token_id = None
+
+
+__all__ = ["pad_last_permutation", "relayout_marian_model", "relayout_spec_drafter", "relayout_tokenizer"]

@@ -8,9 +8,15 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import build_verifier, build_word_tokenizer
+from tiny_drafters import tiny_drafter
 from transformers import AutoTokenizer
 
-from specdec_hf.data.vocabulary_layout import pad_last_permutation, relayout_marian_model, relayout_tokenizer
+from specdec_hf.data.vocabulary_layout import (
+    pad_last_permutation,
+    relayout_marian_model,
+    relayout_spec_drafter,
+    relayout_tokenizer,
+)
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "mt_fixture.jsonl"
 
@@ -65,3 +71,52 @@ def test_the_demo_tokenizer_relaid_keeps_every_held_out_sentence():
         before, after = tokenizer(text)["input_ids"], relaid(text)["input_ids"]
         assert [old_ids[i] for i in after] == before
         assert relaid.decode(after, skip_special_tokens=True) == tokenizer.decode(before, skip_special_tokens=True)
+
+
+@pytest.mark.parametrize("draft_vocab_size", [None, 24])
+def test_relaid_drafter_drafts_as_before_up_to_the_permutation(draft_vocab_size):
+    """A drafter re-laid with its verifier: permuted inputs give its old scores, over the permuted vocabulary."""
+    tokenizer = build_word_tokenizer(_texts()[:200])
+    vocab_size = len(tokenizer)
+    drafter = tiny_drafter(
+        vocab_size=vocab_size,
+        draft_vocab_size=draft_vocab_size,
+        tie_word_embeddings=draft_vocab_size is None,
+        verifier_state_layers=[-1],
+        prefix_attention="causal",
+    )
+    if draft_vocab_size is not None:
+        drafter.draft_vocab_ids.copy_(torch.randperm(vocab_size, generator=torch.Generator().manual_seed(0))[:24])
+    old_ids = pad_last_permutation(vocab_size, tokenizer.pad_token_id)
+    relaid_tokenizer = relayout_tokenizer(tokenizer, old_ids)
+    new_id = {old: new for new, old in enumerate(old_ids)}
+    inputs = {
+        "input_ids": torch.tensor([[5, 8, 13, 2], [6, 9, 2, 1]]),
+        "attention_mask": torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]]),
+        "decoder_input_ids": torch.tensor([[2, 7, 9, 11], [2, 12, 1, 1]]),
+        "decoder_attention_mask": torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]]),
+        "verifier_states": torch.randn(2, 4, 32, generator=torch.Generator().manual_seed(1)),
+    }
+    ids_before = drafter.from_draft_vocab(torch.arange(draft_vocab_size)) if draft_vocab_size else None
+    with torch.no_grad():
+        before = drafter(**inputs).logits
+        relayout_spec_drafter(drafter, old_ids, relaid_tokenizer)
+        relaid_inputs = {name: value.clone() for name, value in inputs.items()}
+        for name in ("input_ids", "decoder_input_ids"):
+            relaid_inputs[name].apply_(new_id.get)
+        after = drafter(**relaid_inputs).logits
+    if draft_vocab_size is None:
+        torch.testing.assert_close(after, before[..., old_ids])
+    else:  # the head's rows stay, each now naming its token's new id
+        torch.testing.assert_close(after, before)
+        assert drafter.from_draft_vocab(torch.arange(draft_vocab_size)).tolist() == [
+            new_id[i] for i in ids_before.tolist()
+        ]
+    assert drafter.config.pad_token_id == drafter.config.decoder_start_token_id == relaid_tokenizer.pad_token_id
+    assert drafter.config.eos_token_id == relaid_tokenizer.eos_token_id
+
+
+def test_relaying_a_drafter_with_another_vocabulary_is_refused():
+    drafter = tiny_drafter()
+    with pytest.raises(ValueError, match="permutation of range"):
+        relayout_spec_drafter(drafter, list(range(drafter.config.vocab_size + 1)), None)
