@@ -118,6 +118,15 @@ def build_drafter(args: DrafterTrainingArguments, verifier, train: datasets.Data
                 f"{verifier.config.vocab_size}: "
                 "continue from a drafter of this verifier, or drop drafter_name_or_path to build a new one."
             )
+        # a drafter of another vocabulary layout (e.g. before re-laying <pad> last) would learn on shifted ids
+        for name in ("pad_token_id", "eos_token_id"):
+            ours, theirs = getattr(drafter.config, name), getattr(verifier.config, name)
+            if ours != theirs:
+                raise ValueError(
+                    f"drafter_name_or_path has {name} {ours}, the verifier {theirs}: the two lay out the vocabulary "
+                    "differently. Re-lay the drafter first (specdec_hf.data.vocabulary_layout.relayout_spec_drafter, "
+                    "as scripts/grow_demo_drafter.py does) or drop drafter_name_or_path to build a new one."
+                )
         return drafter
     draft_vocab_ids = None
     if args.draft_vocab_size is not None:

@@ -222,3 +222,14 @@ def test_every_split_soft_labels_features_and_reduced_head(workspace):
     assert metrics["tokens_per_iteration"] > 1.0
     card = (workspace / "eagle" / "README.md").read_text()
     assert "every split point" in card and "KL" in card and "most frequent" in card
+
+
+def test_continuing_a_drafter_of_another_vocabulary_layout_is_refused(workspace):
+    """A drafter whose special ids differ from the verifier's (e.g. not re-laid with <pad> last) is not trained on."""
+    verifier = AutoModelForSeq2SeqLM.from_pretrained(workspace / "verifier")
+    drafter = SpecDrafterModel.from_verifier(verifier, max_draft_tokens=4, decoder_layers=1)
+    drafter.config.pad_token_id = verifier.config.pad_token_id + 1
+    drafter.save_pretrained(workspace / "other_layout")
+    config = write_config(workspace, "other_layout_run", drafter_config={})
+    with pytest.raises(ValueError, match="drafter_name_or_path has pad_token_id 2, the verifier 1.*relayout_spec_drafter"):
+        train_drafter.main(["--config", str(config), "--drafter_name_or_path", str(workspace / "other_layout")])
