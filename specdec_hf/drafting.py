@@ -11,6 +11,8 @@ A drafter has these attributes and methods:
 - ``vocab_size``: size of the vocabulary its draft ids and scores index (must equal the verifier's).
 - ``num_draft_tokens``: its default number of drafted tokens per iteration (k).
 - ``max_draft_tokens`` (default ``None``: no limit): the most tokens one ``propose`` call can draft.
+- ``max_positions`` (default ``None``: no limit): the longest prefix plus drafted tokens it can place (learned
+  positions); the loop drafts fewer tokens near that limit, and none at it (the verifier then steps alone).
 - ``verifier_state_layers`` (default ``None``): indices into the verifier's decoder ``hidden_states`` that the
   drafter reads (EAGLE-style drafting). When set, the loop asks the verifier's verification forward for its hidden
   states (no extra pass) and hands ``propose`` those layers' states, concatenated, as ``verifier_states``.
@@ -88,6 +90,7 @@ class Drafter(ABC):
     vocab_size: int
     num_draft_tokens: int
     max_draft_tokens: int | None = None
+    max_positions: int | None = None
     verifier_state_layers: list[int] | None = None
 
     @abstractmethod

@@ -231,5 +231,7 @@ def test_continuing_a_drafter_of_another_vocabulary_layout_is_refused(workspace)
     drafter.config.pad_token_id = verifier.config.pad_token_id + 1
     drafter.save_pretrained(workspace / "other_layout")
     config = write_config(workspace, "other_layout_run", drafter_config={})
-    with pytest.raises(ValueError, match="drafter_name_or_path has pad_token_id 2, the verifier 1.*relayout_spec_drafter"):
+    with pytest.raises(
+        ValueError, match="drafter_name_or_path has pad_token_id 2, the verifier 1.*relayout_spec_drafter"
+    ):
         train_drafter.main(["--config", str(config), "--drafter_name_or_path", str(workspace / "other_layout")])

@@ -125,6 +125,7 @@ class SpecDrafterAdapter(Drafter):
         self.model = model
         self.vocab_size = config.vocab_size
         self.max_draft_tokens = config.max_draft_tokens
+        self.max_positions = config.max_position_embeddings
         self.num_draft_tokens = config.num_draft_tokens or config.max_draft_tokens
         self.verifier_state_layers = config.verifier_state_layers
         self.causal_prefix = config.prefix_attention == "causal"

@@ -190,7 +190,9 @@ def run_speculative_loop(
     stats = SpeculativeDecodingStats.for_batch(input_ids.shape[0], config.num_draft_tokens)
     # only EOS and length criteria (generate()'s defaults): the stop stage applies them vectorised
     simple = all(isinstance(c, (MaxLengthCriteria, EosTokenCriteria)) for c in stopping_criteria)
-    position_limit = getattr(verifier.config, "max_position_embeddings", None)
+    # the verifier's learned positions and the drafter's: k shrinks near either limit
+    limits = [getattr(verifier.config, "max_position_embeddings", None), getattr(drafter, "max_positions", None)]
+    position_limit = min((limit for limit in limits if limit is not None), default=None)
     state_layers = getattr(drafter, "verifier_state_layers", None)
     cache_length = 0
     if streamer is not None:
@@ -282,8 +284,8 @@ def _iteration_k(
     state_layers: list[int] | None,
     verifier_states: torch.FloatTensor | None,
 ) -> int:
-    """This iteration's k: capped by the largest remaining length budget (the shortest row's) and the verifier's
-    positions; 0 when a drafter that reads verifier states has none yet for a decoder prompt of several tokens (the
+    """This iteration's k: capped by the largest remaining length budget (the shortest row's) and the positions the
+    verifier and the drafter can place; 0 when a drafter that reads verifier states has none yet for a decoder prompt of several tokens (the
     prompt is then verified alone first)."""
     k = min(config.num_draft_tokens, config.max_length - batch.shortest - 1)
     if position_limit is not None:

@@ -34,6 +34,11 @@ class WrappingDrafter(Drafter):
         return getattr(self.drafter, "max_draft_tokens", None)
 
     @property
+    def max_positions(self) -> int | None:
+        """The wrapped drafter's position limit (`None`: none), so that the loop drafts within it."""
+        return getattr(self.drafter, "max_positions", None)
+
+    @property
     def verifier_state_layers(self) -> list[int] | None:
         """The wrapped drafter's; the loop hands `propose` the verifier's states only when it is set."""
         return getattr(self.drafter, "verifier_state_layers", None)

@@ -31,6 +31,32 @@ def test_untrained_spec_drafter_keeps_greedy_output(family, variant):
     assert torch.equal(output, reference)
 
 
+@pytest.mark.parametrize("batch_size", [1, 4])
+def test_a_drafter_with_fewer_positions_than_the_output_drafts_within_them_and_stays_exact(batch_size):
+    """A drafter whose learned positions end before `max_new_tokens` drafts fewer tokens near its limit and none past
+    it (the verifier steps alone), instead of failing partway through the generation."""
+    model = build_verifier("bart")
+    torch.manual_seed(1)
+    drafter = SpecDrafterModel.from_verifier(
+        model, max_draft_tokens=4, decoder_layers=1, prefix_attention="causal", max_position_embeddings=12
+    ).eval()
+    inputs = make_source_batch(batch_size, pad_token_id=model.config.pad_token_id)
+    reference = model.generate(**inputs, do_sample=False, max_new_tokens=24, min_new_tokens=24)
+    output = model.generate(
+        **inputs,
+        do_sample=False,
+        max_new_tokens=24,
+        min_new_tokens=24,
+        custom_generate=speculative_generate,
+        drafter=drafter,
+        return_dict_in_generate=True,
+    )
+    assert torch.equal(output.sequences, reference) and reference.shape[1] == 25
+    stats = output.speculative_stats
+    # past position 12 the drafter is not called: fewer drafter calls than verifier iterations
+    assert 0 < stats.drafter_calls < max(stats.iterations)
+
+
 def test_config_num_draft_tokens_sets_the_k_drafted_without_num_draft_tokens(tmp_path):
     """`config.num_draft_tokens` is generate()'s k when none is given; an explicit `num_draft_tokens` still overrides it
     up to the drafter's slot count, and the setting survives save/load."""
