@@ -55,3 +55,21 @@ phase 6000 --soft_label_weight 0 --lr_scheduler_type linear --num_threads 2
 # k=4 was the fastest on the validation split (docs/RESULTS.md, "How the settings were chosen"): generate()'s default k
 $PY scripts/export_demo_pair.py --drafter runs/drafter_debian_en_de_eagle --output_dir models/demo-en-de \
   --num_draft_tokens 4
+# the v1 pair as shipped (git tag demo-v1): what pair v2 grows from
+mkdir -p runs/demo_pair_v1
+cp -r models/demo-en-de/verifier models/demo-en-de/drafter models/demo-en-de/assistant runs/demo_pair_v1/
+
+# 7. pair v2, shaped like real checkpoints: verifier v2 (6 decoder layers, <pad> last as in Marian checkpoints)
+#    grown from v1 by stacking its layers (configs/demo/verifier_v2_en_de.yaml reads runs/demo_pair_v1/verifier)
+resume=""; [ -d runs/demo_verifier_v2/checkpoint-last ] && resume="--resume"
+$PY scripts/train_demo_verifier.py --config configs/demo/verifier_v2_en_de.yaml $resume
+$PY -m specdec_hf.distillation --config configs/data/debian_en_de.yaml --verifier runs/demo_verifier_v2/best \
+  --split train --batch_size 64 --max_new_tokens 96 --output_dir data/distilled/debian_en_de_v2/train
+# its drafter continues v1's (re-laid, reading v2's layers 2, 4 and 6), its assistant continues v1's
+$PY scripts/grow_demo_drafter.py --drafter runs/demo_pair_v1/drafter --old_verifier runs/demo_pair_v1/verifier \
+  --verifier runs/demo_verifier_v2/best --verifier_state_layers 2,4,6 --output_dir runs/drafter_v2_init
+$PY train_drafter.py --config configs/train/debian_en_de_v2.yaml &
+$PY scripts/train_demo_verifier.py --config configs/demo/assistant_v2_en_de.yaml &
+wait
+$PY scripts/export_demo_pair.py --verifier runs/demo_verifier_v2/best --drafter runs/drafter_v2 \
+  --assistant runs/demo_assistant_v2/checkpoint-last --output_dir models/demo-en-de --num_draft_tokens 4
