@@ -27,7 +27,14 @@ from transformers import set_seed
 from ..data.loading import DataArguments, load_text_pairs
 from ..data.tokenization import default_source_prefix
 from .arguments import EvaluationArguments
-from .batching import Batch, encode_sources, make_batches, single_row_groups
+from .batching import (
+    Batch,
+    encode_sources,
+    eos_token_ids,
+    make_batches,
+    single_row_groups,
+    source_length_limit,
+)
 from .ctranslate2_peer import ct2_group_measure, run_ct2_strategy, start_ct2_workers
 from .execution import StrategyRun, count_generated_tokens, group_runner, run_strategy
 from .interleaved import interleave, time_interleaved
@@ -55,15 +62,6 @@ __all__ = ["run_evaluation"]
 logger = logging.getLogger(__name__)
 
 
-def _eos_token_ids(verifier) -> list[int]:
-    eos = verifier.generation_config.eos_token_id
-    if eos is None:
-        eos = verifier.config.eos_token_id
-    if eos is None:
-        return []
-    return [int(e) for e in eos] if isinstance(eos, (list, tuple)) else [int(eos)]
-
-
 def _describe_data(data_args: DataArguments, split: str) -> str:
     if data_args.data_files is not None:
         files = data_args.data_files
@@ -77,13 +75,7 @@ def _describe_data(data_args: DataArguments, split: str) -> str:
 def _max_source_length(args: EvaluationArguments, tokenizer, verifier) -> int:
     if args.max_source_length is not None:
         return args.max_source_length
-    limits = [
-        getattr(tokenizer, "model_max_length", None),
-        getattr(verifier.config, "max_position_embeddings", None),
-        getattr(verifier.config, "n_positions", None),
-    ]
-    limits = [int(limit) for limit in limits if limit is not None and 0 < limit < 1_000_000]
-    return min(limits) if limits else 1024
+    return source_length_limit(tokenizer, verifier)
 
 
 def _source_prefix(args: EvaluationArguments, data_args: DataArguments, verifier) -> str | None:
@@ -163,7 +155,7 @@ def _evaluate(args: EvaluationArguments, data_args: DataArguments, peers: contex
     inputs = _Inputs(
         encode_sources(tokenizer, pairs["source"], source_prefix, max_source_length), pad, device, args.sort_by_length
     )
-    eos_ids = _eos_token_ids(verifier)
+    eos_ids = eos_token_ids(verifier)
 
     # 4. Every strategy on the same inputs, instrumented (also its warm-up); greedy first (the reference).
     logger.info("evaluating %s on %d rows of %s", [s.name for s in strategies], pairs.num_rows, description)
