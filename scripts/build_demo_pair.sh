@@ -28,7 +28,8 @@ wait
 
 # 5. ship: half-precision safetensors, tokenizers, model cards, the held-out slice and its licence notice
 $PY scripts/export_demo_pair.py --verifier runs/demo_verifier/best --drafter runs/drafter_debian_en_de \
-  --assistant runs/demo_assistant/checkpoint-last --output_dir models/demo-en-de
+  --assistant runs/demo_assistant/checkpoint-last --output_dir models/demo-en-de \
+  --verifier_config configs/demo/verifier_en_de.yaml --assistant_config configs/demo/assistant_en_de.yaml
 
 # 6. the shipped drafter (third design, trained from scratch): the shipped verifier's outputs on all training
 #    sources, then every split point per step, the verifier's decoder states and a 4,096-token head

@@ -1,7 +1,7 @@
 """Export the trained demo models into the repository: half-precision safetensors, tokenizer, model cards.
 
-    python scripts/export_demo_pair.py --verifier runs/demo_verifier/best --drafter runs/drafter_debian_en_de \
-        --assistant runs/demo_assistant/best --output_dir models/demo-en-de --heldout data/debian_en_de/test.jsonl
+    python scripts/export_demo_pair.py --verifier runs/demo_verifier_v2/best --drafter runs/drafter_v2 \
+        --assistant runs/demo_assistant_v2/checkpoint-last --output_dir models/demo-en-de --num_draft_tokens 4
     python scripts/export_demo_pair.py --drafter runs/drafter_debian_en_de_stage2   # only a retrained drafter
 
 Writes `output_dir/{verifier,drafter,assistant}` (loadable with `AutoModelForSeq2SeqLM` / `AutoModel` /
@@ -18,6 +18,7 @@ import shutil
 from pathlib import Path
 
 import torch
+import yaml
 from huggingface_hub import ModelCard
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -44,9 +45,9 @@ tags: [marian, speculative-decoding, specdec_hf, offline-demo]
 # specdec_hf demo verifier: English → German
 
 A small `MarianMTModel` ({params:.1f}M parameters: d_model {d_model}, {enc}+{dec} layers, a {vocab}-piece Unigram
-vocabulary shared by both languages) trained from scratch on CPU by `scripts/train_demo_verifier.py
---config configs/demo/verifier_en_de.yaml`, on the offline corpus of Debian packages (Ding dictionary examples,
-LibreOffice help, Debian package descriptions; see NOTICE.md), {steps} optimizer steps. It exists to show
+vocabulary shared by both languages) trained on CPU by `scripts/train_demo_verifier.py --config {config}`{origin},
+on the offline corpus of Debian packages (Ding dictionary examples, LibreOffice help, Debian package descriptions;
+see NOTICE.md), {steps} optimizer steps. It exists to show
 speculative decoding on real text on machines without a model hub; it is not a general-purpose translator.
 Weights are stored in {dtype}; load them in float32 (or bfloat16) on CPUs.
 
@@ -68,13 +69,24 @@ tags: [marian, assisted-generation, specdec_hf, offline-demo]
 # specdec_hf demo assistant: a small autoregressive draft model for HF assisted generation
 
 The peer baseline of the demo: a {params:.1f}M-parameter `MarianMTModel` sharing the demo verifier's tokenizer,
-trained by `scripts/train_demo_verifier.py --config configs/demo/assistant_en_de.yaml` on the verifier's distilled
-outputs, for `generate(assistant_model=...)`. Weights in {dtype}.
+trained by `scripts/train_demo_verifier.py --config {config}`{origin} on the verifier's distilled outputs, for
+`generate(assistant_model=...)`. Weights in {dtype}.
 """
 
 
-def export_seq2seq(source: Path, target: Path, dtype: torch.dtype, card: str, test_line: str = "") -> dict:
-    """Save a seq2seq model + tokenizer in `dtype` with a model card; returns what the card was filled with."""
+def training_origin(config: Path) -> str:
+    """The card's words for where a model's training started: from scratch, or grown from another model."""
+    init_from = (yaml.safe_load(config.read_text()) or {}).get("init_from")
+    if not init_from:
+        return ", from scratch"
+    return f", starting from the model in `{init_from}` (its layers copied, vocabulary re-laid with <pad> last)"
+
+
+def export_seq2seq(
+    source: Path, target: Path, dtype: torch.dtype, card: str, config: Path, test_line: str = ""
+) -> dict:
+    """Save a seq2seq model + tokenizer in `dtype` with a model card naming its training `config`; returns what the
+    card was filled with."""
     model = AutoModelForSeq2SeqLM.from_pretrained(source, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(source)
     model.to(dtype).save_pretrained(target, safe_serialization=True)
@@ -91,6 +103,8 @@ def export_seq2seq(source: Path, target: Path, dtype: torch.dtype, card: str, te
         "bleu": f"{results['bleu']:.2f}" if "bleu" in results else "not recorded",
         "dtype": str(dtype).removeprefix("torch."),
         "test_line": test_line,
+        "config": config.as_posix(),
+        "origin": training_origin(config),
     }
     (target / "README.md").write_text(card.format(**values))
     return values
@@ -144,6 +158,18 @@ def main() -> None:
     )
     parser.add_argument("--drafter", type=Path, required=True)
     parser.add_argument("--assistant", type=Path, default=None)
+    parser.add_argument(
+        "--verifier_config",
+        type=Path,
+        default=Path("configs/demo/verifier_v2_en_de.yaml"),
+        help="The verifier's training config, named in its card.",
+    )
+    parser.add_argument(
+        "--assistant_config",
+        type=Path,
+        default=Path("configs/demo/assistant_v2_en_de.yaml"),
+        help="The assistant's training config, named in its card.",
+    )
     parser.add_argument("--output_dir", type=Path, default=Path("models/demo-en-de"))
     parser.add_argument("--heldout", type=Path, default=Path("data/debian_en_de/test.jsonl"))
     parser.add_argument("--heldout_rows", type=int, default=200)
@@ -158,13 +184,15 @@ def main() -> None:
     out = args.output_dir
     out.mkdir(parents=True, exist_ok=True)
     if args.verifier is not None:
-        values = export_seq2seq(args.verifier, out / "verifier", dtype, VERIFIER_CARD, args.test_results)
+        values = export_seq2seq(
+            args.verifier, out / "verifier", dtype, VERIFIER_CARD, args.verifier_config, args.test_results
+        )
         export_heldout(args.heldout, out / "heldout_test.jsonl", args.heldout_rows, args.seed)
         (out / "NOTICE.md").write_text(NOTICE)
         print(f"verifier: {values['params']:.1f}M parameters")
     export_drafter(args.drafter, out / "drafter", dtype, str(out / "verifier"), args.num_draft_tokens)
     if args.assistant is not None:
-        export_seq2seq(args.assistant, out / "assistant", dtype, ASSISTANT_CARD)
+        export_seq2seq(args.assistant, out / "assistant", dtype, ASSISTANT_CARD, args.assistant_config)
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file()) / 2**20
     print(f"exported to {out} ({size:.1f} MiB in all)")
 
