@@ -19,6 +19,7 @@ import contextlib
 import logging
 import os
 import random
+import re
 import shlex
 import shutil
 import subprocess
@@ -73,6 +74,9 @@ def parse_pair(value: str) -> tuple[str, str]:
     name, equals, spec = value.partition("=")
     if not equals or not name or not spec:
         raise argparse.ArgumentTypeError(f"{value!r} is not NAME=DIR or NAME=git:TAG (e.g. v2={DEMO_DIR})")
+    if not re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*", name):
+        # NAME becomes a directory under --output_dir (a tag's pair is extracted there, replacing what was there)
+        raise argparse.ArgumentTypeError(f"{value!r}: NAME must be letters, digits, '_', '-' or '.' (e.g. v1)")
     if not spec.startswith("git:"):
         try:
             check_pair_dir(Path(spec))

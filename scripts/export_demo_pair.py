@@ -1,7 +1,8 @@
 """Export the trained demo models into the repository: half-precision safetensors, tokenizer, model cards.
 
     python scripts/export_demo_pair.py --verifier runs/demo_verifier_v2/best --drafter runs/drafter_v2 \
-        --assistant runs/demo_assistant_v2/checkpoint-last --output_dir models/demo-en-de --num_draft_tokens 4
+        --assistant runs/demo_assistant_v2/checkpoint-last --output_dir models/demo-en-de --num_draft_tokens 4 \
+        --verifier_config configs/demo/verifier_v2_en_de.yaml --assistant_config configs/demo/assistant_v2_en_de.yaml
     python scripts/export_demo_pair.py --drafter runs/drafter_debian_en_de_stage2   # only a retrained drafter
 
 Writes `output_dir/{verifier,drafter,assistant}` (loadable with `AutoModelForSeq2SeqLM` / `AutoModel` /
@@ -79,7 +80,7 @@ def training_origin(config: Path) -> str:
     init_from = (yaml.safe_load(config.read_text()) or {}).get("init_from")
     if not init_from:
         return ", from scratch"
-    return f", starting from the model in `{init_from}` (its layers copied, vocabulary re-laid with <pad> last)"
+    return f", starting from copies of the layers of the model in `{init_from}` (the previous demo pair's)"
 
 
 def export_seq2seq(
@@ -161,14 +162,14 @@ def main() -> None:
     parser.add_argument(
         "--verifier_config",
         type=Path,
-        default=Path("configs/demo/verifier_v2_en_de.yaml"),
-        help="The verifier's training config, named in its card.",
+        default=None,
+        help="The verifier's training config, named in its card (required with --verifier).",
     )
     parser.add_argument(
         "--assistant_config",
         type=Path,
-        default=Path("configs/demo/assistant_v2_en_de.yaml"),
-        help="The assistant's training config, named in its card.",
+        default=None,
+        help="The assistant's training config, named in its card (required with --assistant).",
     )
     parser.add_argument("--output_dir", type=Path, default=Path("models/demo-en-de"))
     parser.add_argument("--heldout", type=Path, default=Path("data/debian_en_de/test.jsonl"))
@@ -180,6 +181,9 @@ def main() -> None:
     )
     parser.add_argument("--test_results", type=str, default="", help="A line of measured test figures for the card.")
     args = parser.parse_args()
+    for model, config in (("verifier", args.verifier_config), ("assistant", args.assistant_config)):
+        if getattr(args, model) is not None and (config is None or not config.is_file()):
+            parser.error(f"--{model} needs --{model}_config, the YAML file it was trained with (got {config})")
     dtype = TORCH_DTYPES[args.dtype]
     out = args.output_dir
     out.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 """Start the drafter of a grown verifier (demo verifier v2) from the trained drafter of the verifier it grew from.
 
-    python scripts/grow_demo_drafter.py --drafter models/demo-en-de/drafter --old_verifier models/demo-en-de/verifier \
+    python scripts/grow_demo_drafter.py --drafter runs/demo_pair_v1/drafter --old_verifier runs/demo_pair_v1/verifier \
         --verifier runs/demo_verifier_v2/best --verifier_state_layers 2,4,6 --decoder_layers 2 \
         --output_dir runs/drafter_v2_init
 

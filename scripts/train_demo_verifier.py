@@ -112,6 +112,11 @@ class DemoVerifierArguments:
             raise ValueError("d_model must be divisible by attention_heads")
         if self.max_tokens_per_sentence > self.max_position_embeddings:
             raise ValueError("max_tokens_per_sentence must not exceed max_position_embeddings")
+        if self.generation_max_length > self.max_position_embeddings:
+            raise ValueError(
+                f"generation_max_length ({self.generation_max_length}) must not exceed max_position_embeddings "
+                f"({self.max_position_embeddings}): the evaluation's greedy outputs would run past the positions"
+            )
         for name, depth in (("encoder_layer_map", self.encoder_layers), ("decoder_layer_map", self.decoder_layers)):
             layer_map = getattr(self, name)
             if layer_map is None:
@@ -507,7 +512,10 @@ def training_function(args: DemoVerifierArguments) -> None:
         save_atomically(output_dir / "checkpoint-last", model, tokenizer, {"trainer_state.pt": trainer_state})
         logger.info("saved %s at step %d", output_dir / "checkpoint-last", state["step"])
 
+    evaluated_step = [None]  # the step of the latest evaluation
+
     def run_evaluation() -> None:
+        evaluated_step[0] = state["step"]
         start = time.perf_counter()
         scores = evaluate_bleu(model, tokenizer, eval_pairs, args.eval_batch_size)
         logger.info(
@@ -578,6 +586,9 @@ def training_function(args: DemoVerifierArguments) -> None:
         if state["batch_index"] >= len(batches):
             state["epoch"] += 1
             state["batch_index"] = 0
+    if reason == "max_steps" and evaluated_step[0] != state["step"]:
+        # the last step is evaluated too, so that a run stopped at the step of a shipped checkpoint can yield it
+        run_evaluation()
     save_checkpoint()
     logger.info("stopped (%s) at step %d after %.1f min of training", reason, state["step"], state["elapsed"] / 60)
 

@@ -173,8 +173,9 @@ def validate_drafter(drafter: Any, verifier_vocab_size: int) -> None:
     """Check that `drafter` implements the drafting contract and shares the verifier's vocabulary.
 
     `vocab_size` and `num_draft_tokens` may be any integer type (`numpy.int64`, a 0-dim integer tensor); the loop
-    reads them as Python ints. A drafter written against the contract before `verifier_states` and the current attribute names (a `propose`
-    with four arguments, a `block_size` attribute) is refused with the change to make.
+    reads them as Python ints, and `max_positions` too (`None` or at least 2). A drafter written against the contract
+    before `verifier_states` and the current attribute names (a `propose` with four arguments, a `block_size`
+    attribute) is refused with the change to make.
 
     Raises:
         ValueError: naming the missing method or attribute, the mismatching vocabulary size, and the fix.
@@ -208,6 +209,12 @@ def validate_drafter(drafter: Any, verifier_vocab_size: int) -> None:
             f"must be integer attributes (got {getattr(drafter, 'vocab_size', None)!r} and "
             f"{getattr(drafter, 'num_draft_tokens', None)!r}). Pass a `SpecDrafterModel` or a subclass of "
             "`specdec_hf.Drafter`."
+        )
+    positions = getattr(drafter, "max_positions", None)
+    if positions is not None and (_as_int(positions) is None or _as_int(positions) < 2):
+        raise ValueError(
+            f"`drafter` ({name}) has `max_positions` {positions!r}: it must be None (no limit) or an integer of at "
+            "least 2 (the decoder start token and one drafted token)."
         )
     if vocab_size != verifier_vocab_size:
         raise ValueError(

@@ -84,3 +84,21 @@ def test_a_propose_taking_any_positional_arguments_is_accepted():
             return super().propose(*args)
 
     validate_drafter(Forwarding(VOCAB_SIZE), VOCAB_SIZE)
+
+
+@pytest.mark.parametrize("positions", [0, 1, -3, "many", 2.5])
+def test_a_drafter_with_an_impossible_position_limit_is_refused(positions):
+    drafter = UpdatedDrafter(VOCAB_SIZE)
+    drafter.max_positions = positions
+    with pytest.raises(ValueError, match="has `max_positions`.*None \\(no limit\\) or an integer of at least 2"):
+        validate_drafter(drafter, VOCAB_SIZE)
+
+
+def test_a_drafter_position_limit_given_as_a_tensor_drafts_within_it():
+    model = build_verifier("bart")
+    inputs = make_source_batch(2)
+    reference = model.generate(**inputs, **GREEDY)
+    drafter = UpdatedDrafter(VOCAB_SIZE)
+    drafter.max_positions = torch.tensor(6)
+    output = model.generate(**inputs, **GREEDY, custom_generate=speculative_generate, drafter=drafter)
+    assert torch.equal(output, reference)

@@ -38,7 +38,7 @@ def _workspace(tmp_path: Path) -> Path:
     return data
 
 
-TINY = ["--d_model", "32", "--attention_heads", "2", "--ffn_dim", "64", "--max_position_embeddings", "64",
+TINY = ["--d_model", "32", "--attention_heads", "2", "--ffn_dim", "64", "--max_position_embeddings", "64", "--generation_max_length", "16",
         "--batch_target_tokens", "400", "--eval_samples", "4", "--eval_every_minutes", "1000",
         "--save_every_minutes", "1000", "--num_threads", "1", "--log_every_steps", "1"]  # fmt: skip
 
@@ -56,6 +56,8 @@ def test_pad_row_stays_zero_through_training_and_pad_is_banned(tmp_path):
     assert model.get_input_embeddings().weight[pad].abs().max() == 0  # trained 4 steps at a high rate, still zero
     assert model.get_input_embeddings().weight.abs().sum() > 0
     assert model.generation_config.bad_words_ids == [[pad]]
+    # a run ending at max_steps evaluates its last step (the periodic evaluation never came), so best/ holds a model
+    assert json.loads((tmp_path / "run" / "best" / "eval_results.json").read_text())["step"] == 4
 
 
 def test_label_smoothing_leaves_pad_out():

@@ -1,4 +1,4 @@
-"""Re-lays a Marian model's (and its drafter's) vocabulary so that `<pad>` is the last id, as in real Marian checkpoints.
+"""Re-lays a Marian model's (and its drafter's) vocabulary so that `<pad>` is the last id, as in Marian checkpoints.
 
 Marian checkpoints converted from OPUS-MT (e.g. `Helsinki-NLP/opus-mt-en-de`) put `</s>` at id 0, `<unk>` at id 1 and
 `<pad>` last, with an all-zero embedding row for `<pad>` (the decoder starts from it) and `bad_words_ids=[[pad]]` in
@@ -10,12 +10,14 @@ embedding rows move together, so every text still encodes to the same pieces and
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import torch
 from tokenizers import Tokenizer
 from transformers import MarianMTModel, PreTrainedTokenizerFast
 
-from specdec_hf.models.modeling_spec_drafter import SpecDrafterModel
+if TYPE_CHECKING:
+    from specdec_hf.models.modeling_spec_drafter import SpecDrafterModel
 
 
 def pad_last_permutation(vocab_size: int, pad_id: int) -> list[int]:
@@ -122,18 +124,27 @@ def relayout_spec_drafter(drafter: SpecDrafterModel, old_ids: list[int], tokeniz
 
     The input embedding rows and, for a full-vocabulary head, the LM head rows and `final_logits_bias` are permuted; a
     reduced head keeps its rows and has its `draft_vocab_ids` mapped to the new ids. Unlike the verifier, no row is
-    zeroed: the drafter's scores for permuted inputs are exactly its old scores, permuted. The special ids of its
-    config are taken from `tokenizer` (the decoder starts from `<pad>`, as in Marian).
+    zeroed: the drafter's scores for permuted inputs are exactly its old scores, permuted. Every special id of its
+    config (and of its own encoder's config, and that encoder's `padding_idx`) follows the permutation.
 
     Args:
         drafter (`SpecDrafterModel`): A drafter of the old layout.
         old_ids (`list[int]`): `old_ids[new_id]`, e.g. from `pad_last_permutation`.
-        tokenizer (`PreTrainedTokenizerFast`): The re-laid tokenizer (from `relayout_tokenizer`).
+        tokenizer (`PreTrainedTokenizerFast`): The re-laid tokenizer (from `relayout_tokenizer`): its pad and EOS ids
+            must be where the permutation moves the drafter's.
     """
     if sorted(old_ids) != list(range(drafter.config.vocab_size)):
         raise ValueError(
             f"old_ids must be a permutation of range({drafter.config.vocab_size}), the drafter's vocabulary"
         )
+    new_ids = {old: new for new, old in enumerate(old_ids)}
+    for name in ("pad_token_id", "eos_token_id"):
+        moved = new_ids.get(getattr(drafter.config, name))
+        if moved != getattr(tokenizer, name):
+            raise ValueError(
+                f"tokenizer has {name} {getattr(tokenizer, name)}, but the permutation moves the drafter's "
+                f"{getattr(drafter.config, name)} to {moved}: pass the re-laid tokenizer (relayout_tokenizer)"
+            )
     index = torch.tensor(old_ids, device=drafter.shared.weight.device)
     vocabulary_rows = {drafter.shared.weight.data_ptr(): drafter.shared.weight}
     if drafter.draft_vocab_ids is None:
@@ -145,10 +156,19 @@ def relayout_spec_drafter(drafter: SpecDrafterModel, old_ids: list[int], tokeniz
         drafter.draft_vocab_ids.copy_(new_id[drafter.draft_vocab_ids.to(index.device)])
     for weight in vocabulary_rows.values():
         weight.copy_(weight[index])
-    drafter.config.pad_token_id = tokenizer.pad_token_id
-    drafter.config.eos_token_id = tokenizer.eos_token_id
-    drafter.config.decoder_start_token_id = tokenizer.pad_token_id
-    drafter.config.bos_token_id = None
+    special = ("pad_token_id", "eos_token_id", "bos_token_id", "decoder_start_token_id")
+    configs = [drafter.config, drafter.config.encoder_config]
+    for config in (config for config in configs if config is not None):
+        for name in special:
+            value = config.get(name) if isinstance(config, dict) else getattr(config, name, None)
+            if isinstance(value, int):
+                if isinstance(config, dict):
+                    config[name] = new_ids[value]
+                else:
+                    setattr(config, name, new_ids[value])
+    embed_tokens = getattr(drafter.encoder, "embed_tokens", None)
+    if embed_tokens is not None and embed_tokens.padding_idx is not None:
+        embed_tokens.padding_idx = new_ids[embed_tokens.padding_idx]
 
 
 __all__ = ["pad_last_permutation", "relayout_marian_model", "relayout_spec_drafter", "relayout_tokenizer"]

@@ -24,6 +24,7 @@ tokens, so causal attention never sees it; the cropped cache holds only committe
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -192,7 +193,7 @@ def run_speculative_loop(
     simple = all(isinstance(c, (MaxLengthCriteria, EosTokenCriteria)) for c in stopping_criteria)
     # the verifier's learned positions and the drafter's: k shrinks near either limit
     limits = [getattr(verifier.config, "max_position_embeddings", None), getattr(drafter, "max_positions", None)]
-    position_limit = min((limit for limit in limits if limit is not None), default=None)
+    position_limit = min((operator.index(limit) for limit in limits if limit is not None), default=None)
     state_layers = getattr(drafter, "verifier_state_layers", None)
     cache_length = 0
     if streamer is not None:
@@ -285,8 +286,8 @@ def _iteration_k(
     verifier_states: torch.FloatTensor | None,
 ) -> int:
     """This iteration's k: capped by the largest remaining length budget (the shortest row's) and the positions the
-    verifier and the drafter can place; 0 when a drafter that reads verifier states has none yet for a decoder prompt of several tokens (the
-    prompt is then verified alone first)."""
+    verifier and the drafter can place; 0 when a drafter that reads verifier states has none yet for a decoder prompt
+    of several tokens (the prompt is then verified alone first)."""
     k = min(config.num_draft_tokens, config.max_length - batch.shortest - 1)
     if position_limit is not None:
         k = min(k, position_limit - batch.longest)

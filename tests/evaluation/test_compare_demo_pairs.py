@@ -168,6 +168,8 @@ def test_a_missing_tag_names_the_tag_and_the_fetch_command(tmp_path, monkeypatch
         ("=models", "is not NAME=DIR"),
         ("v1={missing}", "does not exist"),
         ("v1={empty}", "has no verifier/ or drafter/"),
+        ("..=git:demo-v1", "NAME must be letters, digits"),
+        ("a/b=git:demo-v1", "NAME must be letters, digits"),
     ],
 )
 def test_a_bad_pair_value_names_the_argument(tmp_path, capsys, value, message):
