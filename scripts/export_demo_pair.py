@@ -80,13 +80,13 @@ def training_origin(config: Path) -> str:
     init_from = (yaml.safe_load(config.read_text()) or {}).get("init_from")
     if not init_from:
         return ", from scratch"
-    return f", starting from copies of the layers of the model in `{init_from}` (the previous demo pair's)"
+    return f", starting from copies of the layers of `{init_from}` (the previous demo pair, git tag demo-v1)"
 
 
 def export_seq2seq(
-    source: Path, target: Path, dtype: torch.dtype, card: str, config: Path, test_line: str = ""
+    source: Path, target: Path, dtype: torch.dtype, card: str, training_config: Path, test_line: str = ""
 ) -> dict:
-    """Save a seq2seq model + tokenizer in `dtype` with a model card naming its training `config`; returns what the
+    """Save a seq2seq model + tokenizer in `dtype` with a model card naming its `training_config`; returns what the
     card was filled with."""
     model = AutoModelForSeq2SeqLM.from_pretrained(source, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(source)
@@ -104,8 +104,8 @@ def export_seq2seq(
         "bleu": f"{results['bleu']:.2f}" if "bleu" in results else "not recorded",
         "dtype": str(dtype).removeprefix("torch."),
         "test_line": test_line,
-        "config": config.as_posix(),
-        "origin": training_origin(config),
+        "config": training_config.as_posix(),
+        "origin": training_origin(training_config),
     }
     (target / "README.md").write_text(card.format(**values))
     return values

@@ -1,5 +1,5 @@
 """Drafters saved by earlier code load and draft identically: the tiny fixtures of `tests/fixtures/legacy_drafters`
-(written by the code before the redesign, with the script recorded in their README) and the shipped demo drafter.
+(written by the code before the redesign, with the script recorded in their README).
 
 Each fixture records the state-dict keys, the config as saved (under the earlier field names, which load under the
 current ones), the drafts (ids, scores over the verifier's vocabulary, confidence) of a fixed sequence of drafting
@@ -14,14 +14,13 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+from transformers import AutoModelForSeq2SeqLM
 
 from specdec_hf import SpecDrafterAdapter, SpecDrafterModel, speculative_generate
 from specdec_hf.models.configuration_spec_drafter import LEGACY_FIELD_NAMES
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "legacy_drafters"
-DEMO = REPO / "models" / "demo-en-de"
 GREEDY = dict(do_sample=False, num_beams=1)
 
 
@@ -93,37 +92,3 @@ def test_drafter_saved_by_earlier_code_loads_and_drafts_identically(name):
         assert stats.drafted_tokens == record["drafted_tokens"]
         assert stats.iterations == record["iterations"]
         assert stats.accepted_at_position[: len(record["accepted_at_position"])] == record["accepted_at_position"]
-
-
-def test_shipped_demo_drafter_loads_and_drafts_identically():
-    expected = json.loads((FIXTURES / "shipped_demo_drafter.json").read_text())
-    verifier = AutoModelForSeq2SeqLM.from_pretrained(DEMO / "verifier", dtype=torch.float32).eval()
-    tokenizer = AutoTokenizer.from_pretrained(DEMO / "verifier")
-    drafter = SpecDrafterModel.from_pretrained(DEMO / "drafter", dtype=torch.float32).eval()
-    assert sorted(drafter.state_dict()) == expected["state_dict_keys"]
-    _check_config(drafter, expected["config"])
-
-    inputs = tokenizer(expected["sources"], return_tensors="pt", padding=True)
-    reference = torch.tensor(expected["sequences"])
-    replayed = 0
-    for proposal, call in _replay(verifier, drafter, dict(inputs), reference, expected["calls"]):
-        assert proposal.draft_ids.tolist() == call["draft_ids"]
-        top = proposal.draft_logits.topk(5, dim=-1)
-        assert top.indices.tolist() == call["top_ids"]
-        torch.testing.assert_close(top.values, torch.tensor(call["top_scores"]), atol=1e-4, rtol=1e-5)
-        torch.testing.assert_close(proposal.confidence(), torch.tensor(call["confidence"]), atol=1e-5, rtol=1e-4)
-        replayed += 1
-    assert replayed == len(expected["calls"]) == 4
-
-    output = verifier.generate(
-        **inputs,
-        **GREEDY,
-        max_new_tokens=32,
-        custom_generate=speculative_generate,
-        drafter=drafter,
-        return_dict_in_generate=True,
-    )
-    stats = output.speculative_stats
-    assert output.sequences.tolist() == expected["sequences"]
-    assert (stats.accepted_tokens, stats.drafted_tokens) == (expected["accepted_tokens"], expected["drafted_tokens"])
-    assert stats.iterations == expected["iterations"]
