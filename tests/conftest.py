@@ -7,6 +7,11 @@ models keep the token-for-token comparison strict.
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
 import pytest
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
@@ -140,3 +145,16 @@ def single_thread():
 def family(request) -> str:
     """Each supported verifier family in turn."""
     return request.param
+
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+
+
+def load_repository_script(relative_path: str, module_name: str) -> ModuleType:
+    """Import a script of the repository (e.g. `scripts/grow_demo_drafter.py`) as module `module_name`, registered in
+    `sys.modules` (dataclasses look their module up there)."""
+    spec = importlib.util.spec_from_file_location(module_name, REPOSITORY / relative_path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import build_verifier, build_word_tokenizer
+from conftest import build_verifier, build_word_tokenizer, load_repository_script
 from tiny_drafters import tiny_drafter
 
 from specdec_hf import SpecDrafterModel
@@ -19,10 +18,7 @@ FIXTURE = ROOT / "tests" / "fixtures" / "mt_fixture.jsonl"
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("grow_demo_drafter", ROOT / "scripts" / "grow_demo_drafter.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_repository_script("scripts/grow_demo_drafter.py", "grow_demo_drafter")
 
 
 def _state_drafter(vocab_size: int = 99, **overrides):

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import torch
-from conftest import build_word_tokenizer
+from conftest import build_word_tokenizer, load_repository_script
 from transformers import MarianMTModel
 
 from specdec_hf.data.vocabulary_layout import pad_last_permutation, relayout_tokenizer
@@ -18,11 +16,7 @@ FIXTURE = ROOT / "tests" / "fixtures" / "mt_fixture.jsonl"
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("train_demo_verifier", ROOT / "scripts" / "train_demo_verifier.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["train_demo_verifier"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_repository_script("scripts/train_demo_verifier.py", "train_demo_verifier")
 
 
 def _workspace(tmp_path: Path) -> Path:

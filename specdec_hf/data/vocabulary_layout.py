@@ -156,16 +156,12 @@ def relayout_spec_drafter(drafter: SpecDrafterModel, old_ids: list[int], tokeniz
         drafter.draft_vocab_ids.copy_(new_id[drafter.draft_vocab_ids.to(index.device)])
     for weight in vocabulary_rows.values():
         weight.copy_(weight[index])
-    special = ("pad_token_id", "eos_token_id", "bos_token_id", "decoder_start_token_id")
-    configs = [drafter.config, drafter.config.encoder_config]
-    for config in (config for config in configs if config is not None):
-        for name in special:
-            value = config.get(name) if isinstance(config, dict) else getattr(config, name, None)
-            if isinstance(value, int):
-                if isinstance(config, dict):
-                    config[name] = new_ids[value]
-                else:
-                    setattr(config, name, new_ids[value])
+    encoder_config = drafter.config.encoder_config or {}  # a nested dict: the family encoder's own config
+    for name in ("pad_token_id", "eos_token_id", "bos_token_id", "decoder_start_token_id"):
+        if isinstance(getattr(drafter.config, name, None), int):
+            setattr(drafter.config, name, new_ids[getattr(drafter.config, name)])
+        if isinstance(encoder_config.get(name), int):
+            encoder_config[name] = new_ids[encoder_config[name]]
     embed_tokens = getattr(drafter.encoder, "embed_tokens", None)
     if embed_tokens is not None and embed_tokens.padding_idx is not None:
         embed_tokens.padding_idx = new_ids[embed_tokens.padding_idx]

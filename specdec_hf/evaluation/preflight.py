@@ -103,14 +103,15 @@ def check_models(
             continue
         drafter = drafters[strategy.drafter_index]
         path = drafter_paths[strategy.drafter_index]
+        contract = as_drafter(drafter)
         # None: no limit (the drafting contract's default)
-        limit = getattr(as_drafter(drafter), "max_draft_tokens", None)
+        limit = getattr(contract, "max_draft_tokens", None)
         if limit is not None and strategy.num_draft_tokens > limit:
             raise ValueError(
                 f"strategy {strategy.name!r} drafts k={strategy.num_draft_tokens} tokens but drafter {path!r} has "
                 f"{limit} mask slots (`max_draft_tokens`): use k <= {limit}."
             )
-        positions = getattr(as_drafter(drafter), "max_positions", None)
+        positions = getattr(contract, "max_positions", None)
         if positions is not None and 1 + max_new_tokens + strategy.num_draft_tokens > positions:
             # not an error: the loop drafts within the drafter's positions and lets the verifier step alone past them
             logger.info(

@@ -7,16 +7,14 @@ assertions: only structure and relations that hold whatever the machine's speed.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import build_verifier, build_word_tokenizer
+from conftest import build_verifier, build_word_tokenizer, load_repository_script
 
 from specdec_hf import SpecDrafterModel
 from specdec_hf.data.vocabulary_layout import pad_last_permutation, relayout_tokenizer
@@ -27,11 +25,7 @@ SPECULATIVE = "spec k4 β1"
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("compare_demo_pairs", ROOT / "benchmarks" / "compare_demo_pairs.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["compare_demo_pairs"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_repository_script("benchmarks/compare_demo_pairs.py", "compare_demo_pairs")
 
 
 def save_pair(directory: Path, pad_last: bool, seed: int) -> None:

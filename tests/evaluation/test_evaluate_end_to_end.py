@@ -5,7 +5,6 @@ No timed assertions: only the structure and the relations that hold whatever the
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import load_repository_script
 from eval_fixtures import FIXTURE
 
 REPO = Path(__file__).resolve().parents[2]
@@ -22,10 +22,7 @@ pytest_plugins = ["eval_fixtures"]  # the saved tiny models (`eval_models`, `bas
 
 def load_script():
     """Import the top-level `evaluate.py` under another name (`evaluate` is also the name of an HF library)."""
-    spec = importlib.util.spec_from_file_location("evaluate_script", REPO / "evaluate.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_repository_script("evaluate.py", "evaluate_script")
 
 
 @pytest.fixture(scope="module")
