@@ -132,12 +132,16 @@ def load_rows(path: str, split: str, args: argparse.Namespace, seed: int | None 
         max_samples=args.limit if seed is None else None,  # a random draw reads the whole split
     )  # fmt: skip
     rows = load_text_pairs(data_args, split)
-    if seed is not None and rows.num_rows > args.limit:
+    source = f"{path} [{split}]"
+    if seed is None:
+        description = f"{rows.num_rows} first {source}"
+    elif rows.num_rows <= args.limit:
+        description = f"all {rows.num_rows} of {source}"
+    else:
         rows = rows.select(sorted(random.Random(seed).sample(range(rows.num_rows), args.limit)))
-    description = f"{path} [{split}]"
-    check_pairs(rows, description)
-    drawn = "first" if seed is None else f"drawn with seed {seed} from"
-    return rows, data_args, f"{rows.num_rows} {drawn} {description}"
+        description = f"{rows.num_rows} drawn with seed {seed} from {source}"
+    check_pairs(rows, source)
+    return rows, data_args, description
 
 
 def load_pair(
@@ -319,8 +323,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--data_files", default=f"{DEMO_DIR}/heldout_test.jsonl", help="JSONL of translation rows.")
     parser.add_argument(
         "--validation_files", default=None,
-        help="JSONL of validation rows (e.g. data/debian_en_de/validation.jsonl): BLEU and = own greedy also on "
-        f"`--limit` of them drawn with seed {VALIDATION_SEED}, from one untimed pass per row.",
+        help=f"JSONL of validation rows (e.g. {DEMO_DIR}/heldout_validation.jsonl, or the corpus's whole split): BLEU "
+        f"and = own greedy also on them (`--limit` of them drawn with seed {VALIDATION_SEED} where there are more), "
+        "from one untimed pass per row.",
     )  # fmt: skip
     parser.add_argument("--source_lang", default="en", help="Source language of the rows' `translation`.")
     parser.add_argument("--target_lang", default="de", help="Target language of the rows' `translation`.")

@@ -6,8 +6,9 @@
     python scripts/export_demo_pair.py --drafter runs/drafter_debian_en_de_stage2   # only a retrained drafter
 
 Writes `output_dir/{verifier,drafter,assistant}` (loadable with `AutoModelForSeq2SeqLM` / `AutoModel` /
-`AutoTokenizer`, like Hub checkpoints) and `output_dir/heldout_test.jsonl`, the evaluation slice, drawn from the
-corpus's test split (never seen in training) with its licence notice.
+`AutoTokenizer`, like Hub checkpoints) and the evaluation slices with their licence notice:
+`output_dir/heldout_test.jsonl`, drawn from the corpus's test split (never seen in training), and
+`output_dir/heldout_validation.jsonl`, the validation rows the speculative settings are tuned on.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from specdec_hf import SpecDrafterModel
 from specdec_hf.dtypes import TORCH_DTYPES
 from specdec_hf.training import drafter_card_data
 
-NOTICE = """Sources and licences of heldout_test.jsonl (sentences from the test split of the corpus built by
-`python -m specdec_hf.data.debian_corpus --task translation`), and of the data the models were trained on:
+NOTICE = """Sources and licences of heldout_test.jsonl and heldout_validation.jsonl (sentences from the test and
+validation splits of the corpus built by `python -m specdec_hf.data.debian_corpus --task translation`), and of the
+data the models were trained on:
 - rows with "source": "ding" — Ding dictionary (Debian package trans-de-en), GPL-2+.
 - rows with "source": "lohelp" — LibreOffice help (libreoffice-help-en-us / -de), MPL-2.0.
 - rows with "source": "ddtp_desc" / "ddtp_synopsis" — Debian package descriptions and their German translations
@@ -112,12 +114,19 @@ def export_seq2seq(
 
 
 def export_drafter(
-    source: Path, target: Path, dtype: torch.dtype, verifier_path: str, num_draft_tokens: int | None = None
+    source: Path,
+    target: Path,
+    dtype: torch.dtype,
+    verifier_path: str,
+    num_draft_tokens: int | None = None,
+    training_config: Path | None = None,
 ) -> None:
-    """Save the drafter in `dtype`, pointing its config at the shipped verifier, with its training model card.
+    """Save the drafter in `dtype`, pointing its config and card at the shipped verifier, with its training model card.
 
-    `num_draft_tokens` (the k generate() drafts when given none) is set when given, else kept as trained."""
+    `num_draft_tokens` (the k generate() drafts when given none) is set when given, else kept as trained. A
+    `training_config` (the YAML of `train_drafter.py`) is named in the card, with the drafter it continued if any."""
     drafter = SpecDrafterModel.from_pretrained(source, dtype=torch.float32)
+    trained_with = drafter.config.verifier_name_or_path
     drafter.config.verifier_name_or_path = verifier_path
     if num_draft_tokens is not None:
         if not 1 <= num_draft_tokens <= drafter.config.max_draft_tokens:
@@ -130,8 +139,29 @@ def export_drafter(
     for name in ("README.md", "eval_results.json"):
         if (source / name).exists():
             shutil.copy(source / name, target / name)
-    if (target / "README.md").exists():  # the training run's card, its metadata redone for the shipped verifier
+    if (target / "README.md").exists():  # the training run's card, redone for the shipped verifier
+        card = target / "README.md"
+        text = card.read_text(encoding="utf-8")
+        if trained_with:  # the training run's verifier path means nothing in the repository
+            text = text.replace(f"`{trained_with}`", f"`{verifier_path}`").replace(
+                f'"{trained_with}"', f'"{verifier_path}"'
+            )
+        if training_config is not None:
+            text = text.replace("\n- data: ", f"\n- recipe: {drafter_recipe(training_config)}\n- data: ", 1)
+        card.write_text(text, encoding="utf-8")
         refresh_drafter_card_metadata(target, verifier_path)
+
+
+def drafter_recipe(config: Path) -> str:
+    """The card's words for how a drafter was trained: its `train_drafter.py` config, and the drafter it continued."""
+    continued = (yaml.safe_load(config.read_text()) or {}).get("drafter_name_or_path")
+    recipe = f"`python train_drafter.py --config {config.as_posix()}`"
+    if not continued:
+        return recipe + ", from the verifier's weights"
+    return (
+        f"{recipe}, continuing the drafter in `{continued}` (its optimizer steps below are this run's only; "
+        "`scripts/build_demo_pair.sh` gives every phase)"
+    )
 
 
 def refresh_drafter_card_metadata(drafter_dir: Path, verifier_path: str) -> None:
@@ -145,9 +175,10 @@ def refresh_drafter_card_metadata(drafter_dir: Path, verifier_path: str) -> None
     card.save(drafter_dir / "README.md")
 
 
-def export_heldout(corpus_test: Path, target: Path, rows: int, seed: int) -> None:
-    """A fixed random slice of the corpus's test split (no training sentence is in that split)."""
-    lines = corpus_test.read_text(encoding="utf-8").splitlines()
+def export_heldout(corpus_split: Path, target: Path, rows: int, seed: int) -> None:
+    """A fixed random slice of a split of the corpus (no training sentence is in its test or validation split): the
+    rows `evaluate.py` draws with `limit: rows` and `limit_seed: seed`, in the split's order."""
+    lines = corpus_split.read_text(encoding="utf-8").splitlines()
     chosen = sorted(random.Random(seed).sample(range(len(lines)), rows))
     target.write_text("".join(lines[i] + "\n" for i in chosen), encoding="utf-8")
 
@@ -171,9 +202,18 @@ def main() -> None:
         default=None,
         help="The assistant's training config, named in its card (required with --assistant).",
     )
+    parser.add_argument(
+        "--drafter_config",
+        type=Path,
+        default=None,
+        help="The drafter's train_drafter.py config, named in its card with the drafter it continued, if any.",
+    )
     parser.add_argument("--output_dir", type=Path, default=Path("models/demo-en-de"))
     parser.add_argument("--heldout", type=Path, default=Path("data/debian_en_de/test.jsonl"))
     parser.add_argument("--heldout_rows", type=int, default=200)
+    parser.add_argument("--validation", type=Path, default=Path("data/debian_en_de/validation.jsonl"))
+    # the draw of configs/eval/demo_en_de_tuning.yaml (limit 100, limit_seed 0): the rows the settings are tuned on
+    parser.add_argument("--validation_rows", type=int, default=100)
     parser.add_argument("--dtype", choices=sorted(TORCH_DTYPES), default="float16")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
@@ -181,6 +221,8 @@ def main() -> None:
     )
     parser.add_argument("--test_results", type=str, default="", help="A line of measured test figures for the card.")
     args = parser.parse_args()
+    if args.drafter_config is not None and not args.drafter_config.is_file():
+        parser.error(f"--drafter_config: no such file {args.drafter_config}")
     for model, config in (("verifier", args.verifier_config), ("assistant", args.assistant_config)):
         if getattr(args, model) is not None and (config is None or not config.is_file()):
             parser.error(f"--{model} needs --{model}_config, the YAML file it was trained with (got {config})")
@@ -192,9 +234,12 @@ def main() -> None:
             args.verifier, out / "verifier", dtype, VERIFIER_CARD, args.verifier_config, args.test_results
         )
         export_heldout(args.heldout, out / "heldout_test.jsonl", args.heldout_rows, args.seed)
+        export_heldout(args.validation, out / "heldout_validation.jsonl", args.validation_rows, args.seed)
         (out / "NOTICE.md").write_text(NOTICE)
         print(f"verifier: {values['params']:.1f}M parameters")
-    export_drafter(args.drafter, out / "drafter", dtype, str(out / "verifier"), args.num_draft_tokens)
+    export_drafter(
+        args.drafter, out / "drafter", dtype, str(out / "verifier"), args.num_draft_tokens, args.drafter_config
+    )
     if args.assistant is not None:
         export_seq2seq(args.assistant, out / "assistant", dtype, ASSISTANT_CARD, args.assistant_config)
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file()) / 2**20

@@ -32,6 +32,17 @@ def test_shipped_files_are_safetensors_with_model_cards():
     assert (DEMO / "NOTICE.md").is_file()
 
 
+def test_held_out_slices_are_distinct_translation_rows():
+    """The main job's test slice and the validation rows `make demo` also scores share no source sentence."""
+    sources = {}
+    for split, size in (("test", 200), ("validation", 100)):
+        lines = (DEMO / f"heldout_{split}.jsonl").read_text(encoding="utf-8").splitlines()
+        pairs = [json.loads(line)["translation"] for line in lines]
+        assert len(pairs) == size and all(pair["en"].strip() and pair["de"].strip() for pair in pairs)
+        sources[split] = {pair["en"] for pair in pairs}
+    assert not sources["test"] & sources["validation"]
+
+
 def test_beta_one_is_identical_to_greedy_on_held_out_sentences(pair):
     verifier, tokenizer, drafter = pair
     assert isinstance(drafter, SpecDrafterModel) and drafter.config.vocab_size == verifier.config.vocab_size

@@ -7,6 +7,7 @@ assertions: only structure and relations that hold whatever the machine's speed.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import subprocess
@@ -110,6 +111,7 @@ def test_every_row_in_one_table_timed_in_one_interleave_call(run):
         "- machine: ",
         "- torch ",
         "- rows: 4 first",
+        f"; 4 drawn with seed 0 from {FIXTURE} [validation]",
         "- repeats: 2",
         "- pairs: v1 = git:demo-v1",
         "- command:",
@@ -143,6 +145,22 @@ def test_times_and_speedups_are_paired_and_positive(run):
     # the baseline is the first pair: its greedy row is the reference of the last column
     assert rows["v1 greedy"]["speedup_over_baseline_greedy"]["speedups"] == [1.0, 1.0]
     assert rows["v2 greedy"]["speedup_over_own_greedy"]["speedups"] == [1.0, 1.0]
+
+
+def test_a_validation_file_no_longer_than_the_limit_is_read_whole(tmp_path):
+    """`make demo` passes the shipped 100-row validation slice: every row, in order, and said so."""
+    script = load_script()
+    rows_file = tmp_path / "slice.jsonl"
+    rows_file.write_text("".join(FIXTURE.read_text(encoding="utf-8").splitlines(keepends=True)[:3]), encoding="utf-8")
+    rows, _, description = script.load_rows(str(rows_file), "validation", _limit(5), seed=0)
+    first_three = [json.loads(line)["translation"]["en"] for line in rows_file.read_text().splitlines()]
+    assert rows.num_rows == 3 and rows["source"] == first_three
+    assert description == f"all 3 of {rows_file} [validation]"
+
+
+def _limit(limit: int) -> argparse.Namespace:
+    """The arguments `load_rows` reads."""
+    return argparse.Namespace(limit=limit, source_lang="en", target_lang="de")
 
 
 def test_a_missing_tag_names_the_tag_and_the_fetch_command(tmp_path, monkeypatch):

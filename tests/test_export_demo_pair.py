@@ -1,0 +1,62 @@
+"""scripts/export_demo_pair.py: a trained drafter exported as the repository ships it (half precision, its card
+pointing at the shipped verifier and naming its recipe)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import build_verifier, load_repository_script
+from safetensors import safe_open
+
+from specdec_hf import SpecDrafterModel
+from specdec_hf.training import write_model_card
+
+TRAINED_WITH = "runs/demo_verifier_v9/best"
+SHIPPED = "models/demo-en-de/verifier"
+
+
+@pytest.fixture(scope="module")
+def export_script():
+    return load_repository_script("scripts/export_demo_pair.py", "export_demo_pair")
+
+
+@pytest.fixture
+def trained_drafter(tmp_path):
+    """A drafter directory as `train_drafter.py` leaves it: weights, config, card and last evaluation."""
+    verifier = build_verifier("marian")
+    drafter = SpecDrafterModel.from_verifier(verifier, max_draft_tokens=4, decoder_layers=1, use_verifier_encoder=True)
+    drafter.config.verifier_name_or_path = TRAINED_WITH
+    source = tmp_path / "run"
+    drafter.save_pretrained(source, safe_serialization=True)
+    metrics = {"tokens_per_iteration": 1.5, "accuracy_by_position": [0.5, 0.25, 0.1, 0.0]}
+    (source / "eval_results.json").write_text(json.dumps({"step": 7, **metrics}))
+    write_model_card(source, drafter, TRAINED_WITH, "tiny distilled data", 7, metrics)
+    return source
+
+
+def test_exported_drafter_card_names_the_shipped_verifier_and_its_recipe(tmp_path, trained_drafter, export_script):
+    config = tmp_path / "continued.yaml"
+    config.write_text("drafter_name_or_path: runs/drafter_v9_init\n")
+    target = tmp_path / "shipped"
+    export_script.export_drafter(trained_drafter, target, torch.float16, SHIPPED, 2, config)
+
+    card = (target / "README.md").read_text(encoding="utf-8")
+    assert TRAINED_WITH not in card  # a path of the training machine means nothing in the repository
+    assert f'from_pretrained("{SHIPPED}")' in card and f"- verifier: `{SHIPPED}`" in card
+    assert f"- recipe: `python train_drafter.py --config {config.as_posix()}`, continuing the drafter in " in card
+    assert "`runs/drafter_v9_init`" in card and "- optimizer steps: 7" in card
+    exported = SpecDrafterModel.from_pretrained(target)
+    assert exported.config.verifier_name_or_path == SHIPPED and exported.config.num_draft_tokens == 2
+    with safe_open(target / "model.safetensors", "pt") as weights:
+        assert {weights.get_tensor(name).dtype for name in weights.keys()} == {torch.float16}
+
+
+def test_exported_drafter_from_scratch_says_so_and_rejects_a_bad_k(tmp_path, trained_drafter, export_script):
+    config = tmp_path / "scratch.yaml"
+    config.write_text("learning_rate: 0.001\n")
+    export_script.export_drafter(trained_drafter, tmp_path / "a", torch.float16, SHIPPED, None, config)
+    assert ", from the verifier's weights\n" in (tmp_path / "a" / "README.md").read_text(encoding="utf-8")
+    with pytest.raises(ValueError, match=r"--num_draft_tokens must be between 1 and the drafter's max_draft_tokens"):
+        export_script.export_drafter(trained_drafter, tmp_path / "b", torch.float16, SHIPPED, 5)
