@@ -7,6 +7,7 @@ import torch
 from conftest import build_verifier, make_source_batch
 
 from specdec_hf import SpecDrafterModel, enable_speculative_decoding, speculative_generate
+from specdec_hf.generation import SpecDrafterAdapter
 from specdec_hf.training import distill_greedy_outputs, fit_drafter_in_memory
 
 DRAFTER_VARIANTS = {
@@ -40,6 +41,13 @@ def test_a_drafter_with_fewer_positions_than_the_output_drafts_within_them_and_s
     drafter = SpecDrafterModel.from_verifier(
         model, max_draft_tokens=4, decoder_layers=1, prefix_attention="causal", max_position_embeddings=12
     ).eval()
+    calls = []  # (longest prefix, k) of every drafter call
+
+    class RecordingAdapter(SpecDrafterAdapter):
+        def propose(self, state, prefix_ids, prefix_lengths, num_draft_tokens, verifier_states=None):
+            calls.append((int(prefix_lengths.max()), num_draft_tokens))
+            return super().propose(state, prefix_ids, prefix_lengths, num_draft_tokens, verifier_states)
+
     inputs = make_source_batch(batch_size, pad_token_id=model.config.pad_token_id)
     reference = model.generate(**inputs, do_sample=False, max_new_tokens=24, min_new_tokens=24)
     output = model.generate(
@@ -48,13 +56,17 @@ def test_a_drafter_with_fewer_positions_than_the_output_drafts_within_them_and_s
         max_new_tokens=24,
         min_new_tokens=24,
         custom_generate=speculative_generate,
-        drafter=drafter,
+        drafter=RecordingAdapter(drafter),
         return_dict_in_generate=True,
     )
     assert torch.equal(output.sequences, reference) and reference.shape[1] == 25
     stats = output.speculative_stats
     # past position 12 the drafter is not called: fewer drafter calls than verifier iterations
-    assert 0 < stats.drafter_calls < max(stats.iterations)
+    assert 0 < stats.drafter_calls == len(calls) < max(stats.iterations)
+    # every call's mask slots fit in the 12 positions; k is 4 while they do and shrinks, not skips, near the end
+    assert all(longest + k <= 12 for longest, k in calls)
+    assert all(k == 4 for longest, k in calls if longest + 4 <= 12)
+    assert any(0 < k < 4 for _, k in calls)
 
 
 def test_config_num_draft_tokens_sets_the_k_drafted_without_num_draft_tokens(tmp_path):
