@@ -144,7 +144,7 @@ class RowContext:
         encoder_outputs (`BaseModelOutput`): The verifier's encoder output.
         encoder_attention_mask (`torch.LongTensor` of shape `(rows, source_length)`, *optional*): The source mask.
         drafter_state: The drafter's opaque state.
-        verifier_states (`torch.FloatTensor` of shape `(rows, max_positions, feature_width)`, *optional*): The
+        verifier_states (`torch.FloatTensor` of shape `(rows, capacity, feature_width)`, *optional*): The
             verifier's decoder states at every position fed so far (for drafters with `verifier_state_layers`).
     """
 
@@ -459,24 +459,25 @@ def _record_verifier_states(
     hidden_states: tuple[torch.FloatTensor, ...],
     layers: list[int],
     cache_length: int,
-    max_positions: int,
+    capacity: int,
 ) -> torch.FloatTensor:
     """Write the verify forward's decoder states into the per-row buffer, at the positions they were computed for.
 
     Row r's fed positions start at the shared cache length; states of drafts that end up rejected are overwritten by
     the next forward before the drafter reads them (it reads only positions below a row's committed length - 1,
-    the same invariant as the verifier cache).
+    the same invariant as the verifier cache). `capacity` is the sequence buffer's width (not a position limit of
+    either model): the buffer grows to it.
 
     Returns:
-        `torch.FloatTensor` of shape `(active_rows, max_positions, feature_width)`: the buffer of the active rows.
+        `torch.FloatTensor` of shape `(active_rows, capacity, feature_width)`: the buffer of the active rows.
     """
     first = hidden_states[layers[0]]  # (rows, width, hidden_size): every layer is written straight into its slice
     rows, fed, hidden_size = first.shape
     if verifier_states is None:
-        verifier_states = first.new_zeros(rows, max_positions, hidden_size * len(layers))
-    elif verifier_states.shape[1] < max_positions:  # the sequence buffer grew: grow with it
-        verifier_states = F.pad(verifier_states, (0, 0, 0, max_positions - verifier_states.shape[1]))
-    width = min(fed, max_positions - cache_length)
+        verifier_states = first.new_zeros(rows, capacity, hidden_size * len(layers))
+    elif verifier_states.shape[1] < capacity:  # the sequence buffer grew: grow with it
+        verifier_states = F.pad(verifier_states, (0, 0, 0, capacity - verifier_states.shape[1]))
+    width = min(fed, capacity - cache_length)
     for slot, index in enumerate(layers):
         features = slice(slot * hidden_size, (slot + 1) * hidden_size)
         verifier_states[:, cache_length : cache_length + width, features] = hidden_states[index][:, :width]
