@@ -76,10 +76,16 @@ class DraftProposal:
         if self.draft_confidence is not None or self.draft_logits is None:
             return self.draft_confidence
         width = min(self.draft_ids.shape[1], self.draft_logits.shape[1])
-        logits = self.draft_logits[:, :width].float()
-        ids = self.draft_ids[:, :width].to(logits.device).long()
-        log_probs = logits.gather(-1, ids.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
-        return log_probs.exp()
+        logits = self.draft_logits[:, :width]
+        return softmax_at(logits, self.draft_ids[:, :width].to(logits.device).long())
+
+
+def softmax_at(logits: torch.FloatTensor, columns: torch.LongTensor) -> torch.FloatTensor:
+    """The softmax of `logits` `(..., num_columns)` at `columns` `(...)`, in float32; 0 where a column is negative
+    (an id the scores do not cover, e.g. outside a reduced head)."""
+    logits = logits.float()
+    picked = logits.gather(-1, columns.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+    return torch.where(columns >= 0, (picked - torch.logsumexp(logits, dim=-1)).exp(), 0.0)
 
 
 class Drafter(ABC):

@@ -18,7 +18,7 @@ from dataclasses import dataclass, fields, replace
 import torch
 import torch.nn.functional as F
 
-from ..drafting import Drafter, DraftProposal
+from ..drafting import Drafter, DraftProposal, softmax_at
 from ..models import SpecDrafterModel
 from ..models.modeling_spec_drafter import expand_encoder_attention_mask
 
@@ -98,15 +98,12 @@ class ReducedHeadProposal(DraftProposal):
         if self.draft_confidence is not None:
             return self.draft_confidence
         width = min(self.draft_ids.shape[1], self.head_logits.shape[1])
-        logits = self.head_logits[:, :width].float()
+        logits = self.head_logits[:, :width]
         head_ids = self.head_ids.to(logits.device)
         # verifier id -> row of the head, -1 outside it
         head_columns = torch.full((self.vocab_size,), -1, dtype=torch.long, device=logits.device)
         head_columns[head_ids] = torch.arange(head_ids.shape[0], device=logits.device)
-        columns = head_columns[self.draft_ids[:, :width].to(logits.device).long()]
-        in_head = columns >= 0
-        log_probs = logits.gather(-1, columns.clamp(min=0).unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, -1)
-        return torch.where(in_head, log_probs.exp(), 0.0)
+        return softmax_at(logits, head_columns[self.draft_ids[:, :width].to(logits.device).long()])
 
 
 class SpecDrafterAdapter(Drafter):
