@@ -6,7 +6,8 @@ its own tokenizer (the generations share the pieces, not the ids). Each row runs
 outputs, BLEU, Tok.), then all rows of all pairs are timed in one `interleave` call, one sentence at a time in a
 rotating order, so that the machine's drift hits them alike; a speed-up is the median of the paired per-repeat ratios.
 
-    python benchmarks/compare_demo_pairs.py --pair v1=git:demo-v1 --pair v2=models/demo-en-de --ct2
+    python benchmarks/compare_demo_pairs.py --pair v1=git:demo-v1 --pair v2=models/demo-en-de --ct2 \
+        --validation_files models/demo-en-de/heldout_validation.jsonl
 
 A pair is a directory holding `verifier/` and `drafter/`, or `git:TAG`: `models/demo-en-de` as committed at TAG,
 extracted into `<output_dir>/pairs/NAME/`. The first pair is the baseline of the last column.
@@ -18,7 +19,6 @@ import argparse
 import contextlib
 import logging
 import os
-import random
 import re
 import shlex
 import shutil
@@ -32,7 +32,7 @@ from typing import Any
 import torch
 import transformers
 
-from specdec_hf.data.loading import DataArguments, load_text_pairs
+from specdec_hf.data.loading import DataArguments, load_text_pairs, sample_indices
 from specdec_hf.data.tokenization import default_source_prefix
 from specdec_hf.dtypes import TORCH_DTYPES
 from specdec_hf.evaluation import ctranslate2_peer
@@ -138,7 +138,7 @@ def load_rows(path: str, split: str, args: argparse.Namespace, seed: int | None 
     elif rows.num_rows <= args.limit:
         description = f"all {rows.num_rows} of {source}"
     else:
-        rows = rows.select(sorted(random.Random(seed).sample(range(rows.num_rows), args.limit)))
+        rows = rows.select(sample_indices(rows.num_rows, args.limit, seed))
         description = f"{rows.num_rows} drawn with seed {seed} from {source}"
     check_pairs(rows, source)
     return rows, data_args, description
@@ -329,7 +329,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )  # fmt: skip
     parser.add_argument("--source_lang", default="en", help="Source language of the rows' `translation`.")
     parser.add_argument("--target_lang", default="de", help="Target language of the rows' `translation`.")
-    parser.add_argument("--limit", type=_positive, default=100, help="Test rows: the first N.")
+    parser.add_argument(
+        "--limit", type=_positive, default=100, help="Test rows: the first N; validation rows: N drawn at random."
+    )
     parser.add_argument("--num_draft_tokens", type=_positive, default=4, help="k of the speculative rows (β=1, τ=0).")
     parser.add_argument("--repeats", type=_positive, default=3, help="Timed passes over every row, interleaved.")
     parser.add_argument("--max_new_tokens", type=_positive, default=96, help="Generation length limit.")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
+import re
 import shutil
 from pathlib import Path
 
@@ -25,6 +25,7 @@ from huggingface_hub import ModelCard
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from specdec_hf import SpecDrafterModel
+from specdec_hf.data.loading import sample_indices
 from specdec_hf.dtypes import TORCH_DTYPES
 from specdec_hf.training import drafter_card_data
 
@@ -126,7 +127,6 @@ def export_drafter(
     `num_draft_tokens` (the k generate() drafts when given none) is set when given, else kept as trained. A
     `training_config` (the YAML of `train_drafter.py`) is named in the card, with the drafter it continued if any."""
     drafter = SpecDrafterModel.from_pretrained(source, dtype=torch.float32)
-    trained_with = drafter.config.verifier_name_or_path
     drafter.config.verifier_name_or_path = verifier_path
     if num_draft_tokens is not None:
         if not 1 <= num_draft_tokens <= drafter.config.max_draft_tokens:
@@ -141,15 +141,36 @@ def export_drafter(
             shutil.copy(source / name, target / name)
     if (target / "README.md").exists():  # the training run's card, redone for the shipped verifier
         card = target / "README.md"
-        text = card.read_text(encoding="utf-8")
-        if trained_with:  # the training run's verifier path means nothing in the repository
-            text = text.replace(f"`{trained_with}`", f"`{verifier_path}`").replace(
-                f'"{trained_with}"', f'"{verifier_path}"'
-            )
-        if training_config is not None:
-            text = text.replace("\n- data: ", f"\n- recipe: {drafter_recipe(training_config)}\n- data: ", 1)
+        recipe = None if training_config is None else drafter_recipe(training_config)
+        text = redo_drafter_card_text(card.read_text(encoding="utf-8"), verifier_path, num_draft_tokens, recipe)
         card.write_text(text, encoding="utf-8")
         refresh_drafter_card_metadata(target, verifier_path)
+
+
+# lines of the card `specdec_hf.training.write_model_card` writes
+CARD_HEADING = re.compile(r"^# Spec-Drafter for `(?P<verifier>[^`]+)`$", re.MULTILINE)
+CARD_DEFAULT_K = re.compile(r"\(\d+ unless `generate\(\)` gets another")
+
+
+def redo_drafter_card_text(text: str, verifier_path: str, num_draft_tokens: int | None, recipe: str | None) -> str:
+    """A drafter card's text for the shipped drafter: the verifier it names (a path of the training run, which means
+    nothing in the repository) replaced by `verifier_path`, its default k set to `num_draft_tokens` when given, and
+    a `- recipe:` line (replaced if there is one) when `recipe` is given. Raises `ValueError` for a card that
+    `write_model_card` did not write."""
+    heading = CARD_HEADING.search(text)
+    if heading is None or "\n- data: " not in text:
+        raise ValueError(
+            "the drafter's README.md is not the card train_drafter.py writes (no '# Spec-Drafter for `...`' heading "
+            "or '- data:' line): rewrite it with specdec_hf.training.write_model_card"
+        )
+    trained_with = heading["verifier"]
+    text = text.replace(f"`{trained_with}`", f"`{verifier_path}`").replace(f'"{trained_with}"', f'"{verifier_path}"')
+    if num_draft_tokens is not None:
+        text = CARD_DEFAULT_K.sub(f"({num_draft_tokens} unless `generate()` gets another", text)
+    if recipe is not None:
+        text = re.sub(r"\n- recipe: [^\n]*", "", text)
+        text = text.replace("\n- data: ", f"\n- recipe: {recipe}\n- data: ", 1)
+    return text
 
 
 def drafter_recipe(config: Path) -> str:
@@ -159,8 +180,9 @@ def drafter_recipe(config: Path) -> str:
     if not continued:
         return recipe + ", from the verifier's weights"
     return (
-        f"{recipe}, continuing the drafter in `{continued}` (its optimizer steps below are this run's only; "
-        "`scripts/build_demo_pair.sh` gives every phase)"
+        f"{recipe} in phases (`scripts/build_demo_pair.sh` runs them), continuing the previous demo pair's drafter "
+        "(git tag demo-v1), re-laid for this verifier by `scripts/grow_demo_drafter.py`; the optimizer steps below "
+        "are those of these phases"
     )
 
 
@@ -176,11 +198,18 @@ def refresh_drafter_card_metadata(drafter_dir: Path, verifier_path: str) -> None
 
 
 def export_heldout(corpus_split: Path, target: Path, rows: int, seed: int) -> None:
-    """A fixed random slice of a split of the corpus (no training sentence is in its test or validation split): the
-    rows `evaluate.py` draws with `limit: rows` and `limit_seed: seed`, in the split's order."""
+    """A fixed random slice of a split of the corpus (no training sentence is in its test or validation split), its
+    lines as they are: the rows `evaluate.py` draws with `limit: rows` and `limit_seed: seed`, in the split's order.
+    Raises `ValueError` for a row with an empty text, which `evaluate.py` would leave out before its draw."""
     lines = corpus_split.read_text(encoding="utf-8").splitlines()
-    chosen = sorted(random.Random(seed).sample(range(len(lines)), rows))
-    target.write_text("".join(lines[i] + "\n" for i in chosen), encoding="utf-8")
+    for number, line in enumerate(lines, start=1):
+        translation = json.loads(line).get("translation") or {}
+        if not all(isinstance(text, str) and text.strip() for text in (translation.get("en"), translation.get("de"))):
+            raise ValueError(
+                f"{corpus_split}, line {number}: an empty or missing translation.en or translation.de; evaluate.py "
+                "skips such rows before drawing, so the slice would not be its rows. Rebuild the corpus."
+            )
+    target.write_text("".join(lines[i] + "\n" for i in sample_indices(len(lines), rows, seed)), encoding="utf-8")
 
 
 def main() -> None:
@@ -214,8 +243,9 @@ def main() -> None:
     parser.add_argument("--validation", type=Path, default=Path("data/debian_en_de/validation.jsonl"))
     # the draw of configs/eval/demo_en_de_tuning.yaml (limit 100, limit_seed 0): the rows the settings are tuned on
     parser.add_argument("--validation_rows", type=int, default=100)
+    parser.add_argument("--validation_seed", type=int, default=0)
     parser.add_argument("--dtype", choices=sorted(TORCH_DTYPES), default="float16")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="The draw of the test slice.")
     parser.add_argument(
         "--num_draft_tokens", type=int, default=None, help="The drafter's k when generate() is given none."
     )
@@ -234,7 +264,7 @@ def main() -> None:
             args.verifier, out / "verifier", dtype, VERIFIER_CARD, args.verifier_config, args.test_results
         )
         export_heldout(args.heldout, out / "heldout_test.jsonl", args.heldout_rows, args.seed)
-        export_heldout(args.validation, out / "heldout_validation.jsonl", args.validation_rows, args.seed)
+        export_heldout(args.validation, out / "heldout_validation.jsonl", args.validation_rows, args.validation_seed)
         (out / "NOTICE.md").write_text(NOTICE)
         print(f"verifier: {values['params']:.1f}M parameters")
     export_drafter(

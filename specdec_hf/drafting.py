@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["DraftProposal", "Drafter", "validate_drafter"]
+__all__ = ["DraftProposal", "Drafter", "softmax_at", "validate_drafter"]
 
 
 @dataclass
@@ -77,13 +77,14 @@ class DraftProposal:
             return self.draft_confidence
         width = min(self.draft_ids.shape[1], self.draft_logits.shape[1])
         logits = self.draft_logits[:, :width]
-        return softmax_at(logits, self.draft_ids[:, :width].to(logits.device).long())
+        return softmax_at(logits, self.draft_ids[:, :width])
 
 
 def softmax_at(logits: torch.FloatTensor, columns: torch.LongTensor) -> torch.FloatTensor:
-    """The softmax of `logits` `(..., num_columns)` at `columns` `(...)`, in float32; 0 where a column is negative
-    (an id the scores do not cover, e.g. outside a reduced head)."""
+    """The softmax of `logits` `(..., num_columns)` at `columns` `(...)`, in float32 on `logits`' device; 0 where a
+    column is negative (an id the scores do not cover, e.g. outside a reduced head)."""
     logits = logits.float()
+    columns = columns.to(logits.device).long()
     picked = logits.gather(-1, columns.clamp(min=0).unsqueeze(-1)).squeeze(-1)
     return torch.where(columns >= 0, (picked - torch.logsumexp(logits, dim=-1)).exp(), 0.0)
 

@@ -10,10 +10,12 @@ import torch
 from transformers import AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer
 
 from specdec_hf import SpecDrafterModel, enable_speculative_decoding
+from specdec_hf.data.loading import DataArguments, load_text_pairs, sample_indices
 from specdec_hf.evaluation import parse_evaluation_arguments, run_evaluation
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "models" / "demo-en-de"
+CORPUS = REPO / "data" / "debian_en_de"  # python -m specdec_hf.data.debian_corpus --task translation (not in CI)
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +43,17 @@ def test_held_out_slices_are_distinct_translation_rows():
         assert len(pairs) == size and all(pair["en"].strip() and pair["de"].strip() for pair in pairs)
         sources[split] = {pair["en"] for pair in pairs}
     assert not sources["test"] & sources["validation"]
+
+
+@pytest.mark.skipif(not (CORPUS / "validation.jsonl").is_file(), reason="the Debian corpus is not built here")
+def test_validation_slice_is_the_rows_the_tuning_config_draws():
+    """configs/eval/demo_en_de_tuning.yaml evaluates `limit: 100`, `limit_seed: 0` of the corpus's validation split:
+    the shipped slice must be those rows, so that `make demo`'s validation columns are the tuning's rows."""
+    data_args = DataArguments(dataset_name="debian_en_de", data_dir=str(CORPUS), source_lang="en", target_lang="de")
+    rows = load_text_pairs(data_args, "validation")
+    drawn = rows.select(sample_indices(rows.num_rows, 100, 0))["source"]
+    lines = (DEMO / "heldout_validation.jsonl").read_text(encoding="utf-8").splitlines()
+    assert [json.loads(line)["translation"]["en"] for line in lines] == drawn
 
 
 def test_beta_one_is_identical_to_greedy_on_held_out_sentences(pair):

@@ -11,6 +11,7 @@ from conftest import build_verifier, load_repository_script
 from safetensors import safe_open
 
 from specdec_hf import SpecDrafterModel
+from specdec_hf.data.loading import sample_indices
 from specdec_hf.training import write_model_card
 
 TRAINED_WITH = "runs/demo_verifier_v9/best"
@@ -44,9 +45,11 @@ def test_exported_drafter_card_names_the_shipped_verifier_and_its_recipe(tmp_pat
 
     card = (target / "README.md").read_text(encoding="utf-8")
     assert TRAINED_WITH not in card  # a path of the training machine means nothing in the repository
-    assert f'from_pretrained("{SHIPPED}")' in card and f"- verifier: `{SHIPPED}`" in card
-    assert f"- recipe: `python train_drafter.py --config {config.as_posix()}`, continuing the drafter in " in card
-    assert "`runs/drafter_v9_init`" in card and "- optimizer steps: 7" in card
+    assert f"# Spec-Drafter for `{SHIPPED}`" in card and f'from_pretrained("{SHIPPED}")' in card
+    assert f"- verifier: `{SHIPPED}`" in card and "(2 unless `generate()` gets another" in card
+    recipe = f"- recipe: `python train_drafter.py --config {config.as_posix()}` in phases"
+    assert recipe in card and "continuing the previous demo pair's drafter" in card
+    assert "- optimizer steps: 7" in card and "runs/drafter_v9_init" not in card
     exported = SpecDrafterModel.from_pretrained(target)
     assert exported.config.verifier_name_or_path == SHIPPED and exported.config.num_draft_tokens == 2
     with safe_open(target / "model.safetensors", "pt") as weights:
@@ -60,3 +63,31 @@ def test_exported_drafter_from_scratch_says_so_and_rejects_a_bad_k(tmp_path, tra
     assert ", from the verifier's weights\n" in (tmp_path / "a" / "README.md").read_text(encoding="utf-8")
     with pytest.raises(ValueError, match=r"--num_draft_tokens must be between 1 and the drafter's max_draft_tokens"):
         export_script.export_drafter(trained_drafter, tmp_path / "b", torch.float16, SHIPPED, 5)
+
+
+def test_exporting_an_exported_drafter_keeps_one_recipe_line(tmp_path, trained_drafter, export_script):
+    config = tmp_path / "scratch.yaml"
+    config.write_text("learning_rate: 0.001\n")
+    export_script.export_drafter(trained_drafter, tmp_path / "once", torch.float16, SHIPPED, None, config)
+    export_script.export_drafter(tmp_path / "once", tmp_path / "twice", torch.float16, "elsewhere", None, config)
+    card = (tmp_path / "twice" / "README.md").read_text(encoding="utf-8")
+    assert card.count("- recipe: ") == 1 and "- verifier: `elsewhere`" in card and SHIPPED not in card
+
+
+def test_a_card_not_written_by_train_drafter_is_refused(tmp_path, trained_drafter, export_script):
+    (trained_drafter / "README.md").write_text("# My drafter\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"not the card train_drafter.py writes"):
+        export_script.export_drafter(trained_drafter, tmp_path / "out", torch.float16, SHIPPED)
+
+
+def test_held_out_slice_is_evaluates_draw_and_refuses_an_incomplete_row(tmp_path, export_script):
+    """The slice is the rows `evaluate.py --limit 3 --limit_seed 0` draws; a row it would skip is refused."""
+    lines = [json.dumps({"translation": {"en": f"source {i}", "de": f"Ziel {i}"}, "source": "ding"}) for i in range(9)]
+    split = tmp_path / "validation.jsonl"
+    split.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    export_script.export_heldout(split, tmp_path / "slice.jsonl", 3, 0)
+    chosen = sample_indices(9, 3, 0)
+    assert (tmp_path / "slice.jsonl").read_text(encoding="utf-8").splitlines() == [lines[i] for i in chosen]
+    split.write_text("\n".join([*lines, json.dumps({"translation": {"en": "x", "de": " "}})]), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"validation.jsonl, line 10: an empty or missing translation.en or"):
+        export_script.export_heldout(split, tmp_path / "slice.jsonl", 3, 0)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import glob
 import logging
 import os
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +44,7 @@ __all__ = [
     "KnownDataset",
     "load_text_pair_splits",
     "load_text_pairs",
+    "sample_indices",
 ]
 
 PAIR_FEATURES = datasets.Features(
@@ -315,6 +317,15 @@ def load_text_pairs(args: DataArguments, split: str) -> datasets.Dataset:
             column,
         )
     return pairs
+
+
+def sample_indices(num_rows: int, limit: int, seed: int) -> list[int]:
+    """The rows `evaluate.py --limit N --limit_seed S` evaluates: `limit` of `num_rows` drawn at random with `seed`,
+    in the split's order; every row when there are no more than `limit` (draw them from `load_text_pairs`' rows, which
+    leave out incomplete ones)."""
+    if num_rows <= limit:
+        return list(range(num_rows))
+    return sorted(random.Random(seed).sample(range(num_rows), limit))
 
 
 def load_text_pair_splits(args: DataArguments, splits: Sequence[str] | None = None) -> datasets.DatasetDict:

@@ -17,14 +17,13 @@ import contextlib
 import dataclasses
 import functools
 import logging
-import random
 from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import set_seed
 
-from ..data.loading import DataArguments, load_text_pairs
+from ..data.loading import DataArguments, load_text_pairs, sample_indices
 from ..data.tokenization import default_source_prefix
 from .arguments import EvaluationArguments
 from .batching import (
@@ -131,7 +130,7 @@ def _evaluate(args: EvaluationArguments, data_args: DataArguments, peers: contex
     pairs = load_text_pairs(data_args, split)
     description = _describe_data(data_args, split)
     if args.limit_seed is not None and len(pairs) > args.limit:
-        pairs = pairs.select(sorted(random.Random(args.limit_seed).sample(range(len(pairs)), args.limit)))
+        pairs = pairs.select(sample_indices(len(pairs), args.limit, args.limit_seed))
         description += f", {len(pairs)} rows drawn at random (seed {args.limit_seed})"
     check_pairs(pairs, description)
 

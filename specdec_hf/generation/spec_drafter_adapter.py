@@ -103,7 +103,7 @@ class ReducedHeadProposal(DraftProposal):
         # verifier id -> row of the head, -1 outside it
         head_columns = torch.full((self.vocab_size,), -1, dtype=torch.long, device=logits.device)
         head_columns[head_ids] = torch.arange(head_ids.shape[0], device=logits.device)
-        return softmax_at(logits, head_columns[self.draft_ids[:, :width].to(logits.device).long()])
+        return softmax_at(logits, head_columns[self.draft_ids[:, :width].to(logits.device)])
 
 
 class SpecDrafterAdapter(Drafter):

@@ -15,6 +15,7 @@ import pytest
 from transformers import HfArgumentParser
 
 from specdec_hf.data import KNOWN_DATASETS, DataArguments, load_text_pair_splits, load_text_pairs
+from specdec_hf.data.loading import sample_indices
 from specdec_hf.data.local_files import read_jsonl as read_jsonl_rows
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
@@ -349,3 +350,11 @@ def test_read_jsonl_names_the_file_and_line(tmp_path):
     assert next(rows) == {"a": 1}
     with pytest.raises(ValueError, match=r"rows\.jsonl', line 3: not valid JSON"):
         next(rows)
+
+
+def test_sample_indices_is_evaluates_seeded_draw_in_split_order():
+    """`--limit N --limit_seed S`: N rows drawn with S, in the split's order; every row when there are no more."""
+    drawn = sample_indices(50, 7, 3)
+    assert drawn == sorted(drawn) and len(set(drawn)) == 7 and all(0 <= row < 50 for row in drawn)
+    assert drawn == sample_indices(50, 7, 3) and drawn != sample_indices(50, 7, 4)
+    assert sample_indices(5, 5, 0) == sample_indices(5, 9, 0) == [0, 1, 2, 3, 4]

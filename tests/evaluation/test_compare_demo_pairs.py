@@ -152,10 +152,13 @@ def test_a_validation_file_no_longer_than_the_limit_is_read_whole(tmp_path):
     script = load_script()
     rows_file = tmp_path / "slice.jsonl"
     rows_file.write_text("".join(FIXTURE.read_text(encoding="utf-8").splitlines(keepends=True)[:3]), encoding="utf-8")
-    rows, _, description = script.load_rows(str(rows_file), "validation", _limit(5), seed=0)
     first_three = [json.loads(line)["translation"]["en"] for line in rows_file.read_text().splitlines()]
-    assert rows.num_rows == 3 and rows["source"] == first_three
-    assert description == f"all 3 of {rows_file} [validation]"
+    for limit in (3, 5):  # make demo's case is the first: a 100-row file, --limit 100
+        rows, _, description = script.load_rows(str(rows_file), "validation", _limit(limit), seed=0)
+        assert rows.num_rows == 3 and rows["source"] == first_three
+        assert description == f"all 3 of {rows_file} [validation]"
+    rows, _, description = script.load_rows(str(rows_file), "validation", _limit(2), seed=0)
+    assert rows.num_rows == 2 and description == f"2 drawn with seed 0 from {rows_file} [validation]"
 
 
 def _limit(limit: int) -> argparse.Namespace:

@@ -8,6 +8,7 @@ from conftest import build_verifier, make_source_batch
 
 from specdec_hf import SpecDrafterModel, enable_speculative_decoding, speculative_generate
 from specdec_hf.generation import SpecDrafterAdapter
+from specdec_hf.generation.speculative_loop import ActiveBatch, SpeculativeLoopConfig, _iteration_k
 from specdec_hf.training import distill_greedy_outputs, fit_drafter_in_memory
 
 DRAFTER_VARIANTS = {
@@ -67,6 +68,20 @@ def test_a_drafter_with_fewer_positions_than_the_output_drafts_within_them_and_s
     assert all(longest + k <= 12 for longest, k in calls)
     assert all(k == 4 for longest, k in calls if longest + 4 <= 12)
     assert any(0 < k < 4 for _, k in calls)
+
+
+@pytest.mark.parametrize(
+    ("longest", "limit", "max_length", "expected"),
+    [(7, 12, 100, 4), (8, 12, 100, 4), (9, 12, 100, 3), (11, 12, 100, 1), (12, 12, 100, 0), (5, None, 8, 2)],
+)
+def test_iteration_k_shrinks_at_the_position_limit_and_the_length_budget(longest, limit, max_length, expected):
+    """k = 4 while the mask slots fit; then what still fits in the positions (or the length budget), down to 0."""
+    config = SpeculativeLoopConfig(
+        num_draft_tokens=4, beta=1, tau=0.0, max_length=max_length, pad_token_id=0, vocab_size=10, eos_token_ids=None
+    )
+    lengths = torch.tensor([longest])
+    batch = ActiveBatch(torch.zeros(1, longest, dtype=torch.long), lengths, [longest], longest, longest)
+    assert _iteration_k(config, batch, limit, None, None) == expected
 
 
 def test_config_num_draft_tokens_sets_the_k_drafted_without_num_draft_tokens(tmp_path):
