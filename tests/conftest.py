@@ -152,9 +152,15 @@ REPOSITORY = Path(__file__).resolve().parents[1]
 
 def load_repository_script(relative_path: str, module_name: str) -> ModuleType:
     """Import a script of the repository (e.g. `scripts/grow_demo_drafter.py`) as module `module_name`, registered in
-    `sys.modules` (dataclasses look their module up there)."""
-    spec = importlib.util.spec_from_file_location(module_name, REPOSITORY / relative_path)
+    `sys.modules` (dataclasses look their module up there), its directory on `sys.path` while it is imported, as
+    when it is run (benchmarks import their sibling `_common`)."""
+    path = REPOSITORY / relative_path
+    spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
-    spec.loader.exec_module(module)
+    sys.path.insert(0, str(path.parent))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(path.parent))
     return module

@@ -1,0 +1,141 @@
+"""Draft acceptance where speculative decoding calls the drafter, against at every split point of the same outputs.
+
+A drafter is trained and evaluated teacher-forced at every split point of the verifier's outputs, but decoding calls it
+only where an iteration starts: right after the verifier corrected a draft (or accepted all of them). If those points
+are harder than the average one, the acceptance seen in decoding falls below the evaluation's. For each source this
+decodes at β=1 (the verifier's greedy output), records the prefix lengths the drafter is called at, runs the drafter
+teacher-forced on that output at every split point in one pass, and prints, for both sets of split points, the
+fraction whose first j drafts are all right (j = 1..k) and the Tok. that implies (1 + their sum).
+
+    python benchmarks/drafter_call_splits.py --limit 100 --threads 1
+
+No timing: it runs beside other jobs without skewing anything but its own wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import NamedTuple
+
+import torch
+from _common import add_demo_pair_arguments, load_demo_pair, read_sources
+from transformers import AutoTokenizer
+
+from specdec_hf import SpecDrafterAdapter, SpecDrafterModel, enable_speculative_decoding
+from specdec_hf.acceptance import count_accepted
+
+
+class CallRecordingAdapter(SpecDrafterAdapter):
+    """A [`SpecDrafterAdapter`] that records the prefix length of every call (batch size 1)."""
+
+    def __init__(self, model: SpecDrafterModel):
+        super().__init__(model)
+        self.prefix_lengths: list[int] = []
+
+    def propose(self, state, prefix_ids, prefix_lengths, num_draft_tokens, verifier_states=None):
+        self.prefix_lengths.append(int(prefix_lengths[0]))
+        return super().propose(state, prefix_ids, prefix_lengths, num_draft_tokens, verifier_states)
+
+
+class SplitScores(NamedTuple):
+    """One source's drafts, teacher-forced, and where decoding called the drafter.
+
+    Args:
+        runs (`torch.LongTensor` of shape `(num_splits,)`): For split index s (a prefix of s + 1 tokens), how many of
+            its first k drafts are right in a row.
+        calls (`list[int]`): The split indices the drafter was called at in decoding.
+        accepted (`int`): The drafts decoding accepted (a check: at β=1 the drafts of a call are the teacher-forced
+            ones, so this equals the sum of `runs` at `calls`, up to the shorter k of calls near the end).
+    """
+
+    runs: torch.LongTensor
+    calls: list[int]
+    accepted: int
+
+
+@torch.no_grad()
+def leading_correct(verifier, drafter: SpecDrafterModel, inputs: dict, num_draft_tokens: int, max_new_tokens: int):
+    """Decode one source at β=1 and score the drafter teacher-forced on the output.
+
+    Returns:
+        [`SplitScores`]
+    """
+    adapter = CallRecordingAdapter(drafter)
+    generated = verifier.generate(
+        **inputs,
+        drafter=adapter,
+        num_draft_tokens=num_draft_tokens,
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        return_dict_in_generate=True,
+    )
+    output = generated.sequences
+    length = output.shape[1]
+    encoder_states = verifier.get_encoder()(**inputs).last_hidden_state
+    layers = drafter.config.verifier_state_layers
+    states = None
+    if layers:
+        hidden = verifier(
+            encoder_outputs=(encoder_states,),
+            attention_mask=inputs.get("attention_mask"),
+            decoder_input_ids=output,
+            output_hidden_states=True,
+        ).decoder_hidden_states
+        states = torch.cat([hidden[index] for index in layers], dim=-1).to(drafter.dtype)
+    split_lengths = torch.arange(1, length)
+    logits = drafter(
+        input_ids=None if drafter.encoder is None else inputs["input_ids"],
+        attention_mask=inputs.get("attention_mask"),
+        encoder_hidden_states=encoder_states.to(drafter.dtype) if drafter.encoder is None else None,
+        decoder_input_ids=output,
+        verifier_states=states,
+        split_lengths=split_lengths,
+        num_draft_tokens=num_draft_tokens,
+    ).logits[0]  # (num_splits, k, head_size)
+    drafts = drafter.from_draft_vocab(logits.argmax(-1))
+    targets = torch.full_like(drafts, -1)  # positions past the output's end: never right
+    for slot in range(num_draft_tokens):
+        positions = split_lengths + slot
+        inside = positions < length
+        targets[inside, slot] = output[0, positions[inside]]
+    runs = count_accepted(drafts == targets)
+    calls = [prefix_length - 1 for prefix_length in adapter.prefix_lengths if prefix_length < length]
+    return SplitScores(runs, calls, sum(generated.speculative_stats.accepted_tokens))
+
+
+def acceptance_profile(runs: torch.LongTensor, num_draft_tokens: int) -> list[float]:
+    """For j = 1..k, the fraction of split points whose first j drafts are all right."""
+    return [float((runs >= j).float().mean()) for j in range(1, num_draft_tokens + 1)] if len(runs) else []
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_demo_pair_arguments(parser, limit=100, num_draft_tokens=4)
+    parser.add_argument("--max_new_tokens", type=int, default=96)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    verifier, drafter = load_demo_pair(args, prepack=False)
+    enable_speculative_decoding(verifier)
+    tokenizer = AutoTokenizer.from_pretrained(args.verifier)
+    every, called, accepted = [], [], 0
+    for inputs in read_sources(args.data, tokenizer, args.limit):
+        scores = leading_correct(verifier, drafter, inputs, args.num_draft_tokens, args.max_new_tokens)
+        every.append(scores.runs)
+        called.append(scores.runs[scores.calls])
+        accepted += scores.accepted
+    result = {"accepted_in_decoding": accepted, "accepted_teacher_forced_at_calls": int(torch.cat(called).sum())}
+    print(
+        f"check: decoding accepted {accepted} drafts; teacher-forced at its calls, {result['accepted_teacher_forced_at_calls']}"
+        " (equal but for calls near the length limit, where decoding drafts fewer)"
+    )
+    for name, runs in (("every split point", torch.cat(every)), ("drafter calls", torch.cat(called))):
+        profile = acceptance_profile(runs, args.num_draft_tokens)
+        result[name] = {"split_points": len(runs), "first_j_right": profile, "tokens_per_iteration": 1 + sum(profile)}
+        figures = " / ".join(f"{value:.3f}" for value in profile)
+        print(f"{name}: {len(runs)} split points; first j right, j = 1..k: {figures}; Tok. {1 + sum(profile):.3f}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
