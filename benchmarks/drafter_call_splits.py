@@ -5,7 +5,8 @@ only where an iteration starts: right after the verifier corrected a draft (or a
 are harder than the average one, the acceptance seen in decoding falls below the evaluation's. For each source this
 decodes at β=1 (the verifier's greedy output), records the prefix lengths the drafter is called at, runs the drafter
 teacher-forced on that output at every split point in one pass, and prints, for both sets of split points, the
-fraction whose first j drafts are all right (j = 1..k) and the Tok. that implies (1 + their sum).
+fraction whose first j drafts are all right (j = 1..k) and the Tok. that implies (1 + their sum: a bonus token at
+every call; decoding's own Tok. is lower, as a row's last pass emits nothing after an accepted EOS).
 
     python benchmarks/drafter_call_splits.py --limit 100 --threads 1
 
