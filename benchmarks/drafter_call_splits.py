@@ -46,7 +46,8 @@ class SplitScores(NamedTuple):
             its first k drafts are right in a row.
         calls (`list[int]`): The split indices the drafter was called at in decoding.
         accepted (`int`): The drafts decoding accepted (a check: at β=1 the drafts of a call are the teacher-forced
-            ones, so this equals the sum of `runs` at `calls`, up to the shorter k of calls near the end).
+            ones, so this equals the sum of `runs` at `calls`, up to the shorter k of calls near the end and
+            floating-point near-ties between the cached and the one-pass computation).
     """
 
     runs: torch.LongTensor
@@ -128,7 +129,7 @@ def main(argv: list[str] | None = None) -> dict:
     result = {"accepted_in_decoding": accepted, "accepted_teacher_forced_at_calls": int(torch.cat(called).sum())}
     print(
         f"check: decoding accepted {accepted} drafts; teacher-forced at its calls, {result['accepted_teacher_forced_at_calls']}"
-        " (equal but for calls near the length limit, where decoding drafts fewer)"
+        " (equal but for calls near the length limit, where decoding drafts fewer, and floating-point near-ties)"
     )
     for name, runs in (("every split point", torch.cat(every)), ("drafter calls", torch.cat(called))):
         profile = acceptance_profile(runs, args.num_draft_tokens)
