@@ -70,9 +70,9 @@ $PY scripts/train_demo_verifier.py --config configs/demo/verifier_v2_en_de.yaml 
 $PY -m specdec_hf.distillation --config configs/data/debian_en_de.yaml --verifier runs/demo_verifier_v2/best \
   --split train --batch_size 64 --max_new_tokens 96 --output_dir data/distilled/debian_en_de_v2/train
 # its drafter continues v1's (re-laid, reading v2's decoder layers 2, 4 and 6; one decoder layer: a second one
-# bought no acceptance, docs/RESULTS.md), in two phases: the config's inverse-sqrt schedule on one thread to step
-# 1,400, then a linear schedule to step 3,200 on two; its assistant continues v1's for v1's budget (one core, run
-# beside phase 1)
+# bought no acceptance, docs/RESULTS.md), in three phases: the config's inverse-sqrt schedule on one thread to step
+# 1,400, then a linear schedule to step 3,200 on two, then another to step 8,000 (restarting at 3.0e-4, decaying to
+# 0); its assistant continues v1's for v1's budget (one core, run beside phase 1)
 [ -d runs/drafter_v2_init ] || $PY scripts/grow_demo_drafter.py --drafter $v1/drafter --old_verifier $v1/verifier \
   --verifier runs/demo_verifier_v2/best --verifier_state_layers 2,4,6 --output_dir runs/drafter_v2_init
 resume=""; [ -d runs/demo_assistant_v2/checkpoint-last ] && resume="--resume"
@@ -81,6 +81,7 @@ assistant_pid=$!
 phase runs/drafter_v2 1400 --config configs/train/debian_en_de_v2.yaml
 wait $assistant_pid
 phase runs/drafter_v2 3200 --config configs/train/debian_en_de_v2.yaml --lr_scheduler_type linear --num_threads 2
+phase runs/drafter_v2 8000 --config configs/train/debian_en_de_v2.yaml --lr_scheduler_type linear --num_threads 2
 $PY scripts/export_demo_pair.py --verifier runs/demo_verifier_v2/best --drafter runs/drafter_v2 \
   --assistant runs/demo_assistant_v2/checkpoint-last --output_dir models/demo-en-de --num_draft_tokens 4 \
   --verifier_config configs/demo/verifier_v2_en_de.yaml --assistant_config configs/demo/assistant_v2_en_de.yaml \
