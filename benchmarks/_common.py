@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import os
 import platform
-import random
 import shlex
 import sys
 import time
@@ -21,6 +20,7 @@ import transformers
 from transformers import AutoModelForSeq2SeqLM
 
 from specdec_hf import SpecDrafterModel, prepack_linear_layers
+from specdec_hf.data.loading import sample_indices
 from specdec_hf.data.local_files import read_jsonl
 from specdec_hf.evaluation.interleaved import format_spread, spread
 from specdec_hf.evaluation.machine import cpu_model, load_average
@@ -97,11 +97,7 @@ def read_sources(path, tokenizer, limit: int, seed: int | None = None) -> list:
         seed (`int`, *optional*): Draw the sample with this seed.
     """
     examples = list(read_jsonl(path))  # a malformed line is reported with the file and line number
-    rows = (
-        range(min(limit, len(examples)))
-        if seed is None
-        else sorted(random.Random(seed).sample(range(len(examples)), limit))
-    )
+    rows = range(min(limit, len(examples))) if seed is None else sample_indices(len(examples), limit, seed)
     return [tokenizer(examples[row]["translation"]["en"], return_tensors="pt") for row in rows]
 
 

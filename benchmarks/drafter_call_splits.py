@@ -27,14 +27,14 @@ from specdec_hf.acceptance import count_accepted
 
 
 class CallRecordingAdapter(SpecDrafterAdapter):
-    """A [`SpecDrafterAdapter`] that records the prefix length of every call (batch size 1)."""
+    """A [`SpecDrafterAdapter`] that records the prefix length and k of every call (batch size 1)."""
 
     def __init__(self, model: SpecDrafterModel):
         super().__init__(model)
-        self.prefix_lengths: list[int] = []
+        self.calls: list[tuple[int, int]] = []
 
     def propose(self, state, prefix_ids, prefix_lengths, num_draft_tokens, verifier_states=None):
-        self.prefix_lengths.append(int(prefix_lengths[0]))
+        self.calls.append((int(prefix_lengths[0]), num_draft_tokens))
         return super().propose(state, prefix_ids, prefix_lengths, num_draft_tokens, verifier_states)
 
 
@@ -45,19 +45,30 @@ class SplitScores(NamedTuple):
         runs (`torch.LongTensor` of shape `(num_splits,)`): For split index s (a prefix of s + 1 tokens), how many of
             its first k drafts are right in a row.
         calls (`list[int]`): The split indices the drafter was called at in decoding.
-        accepted (`int`): The drafts decoding accepted (a check: at β=1 the drafts of a call are the teacher-forced
-            ones, so this equals the sum of `runs` at `calls`, up to the shorter k of calls near the end and
-            floating-point near-ties between the cached and the one-pass computation).
+        runs_at_calls (`torch.LongTensor` of shape `(len(calls),)`): `runs` at `calls`, each capped at the k decoding
+            drafted there (fewer than k near the length or position limit).
+        accepted (`int`): The drafts decoding accepted. A check: at β=1 a call drafts from the same prefix and
+            verifier states as the teacher-forced pass, so this equals `runs_at_calls.sum()` but for floating-point
+            near-ties between the cached and the one-pass computation.
     """
 
     runs: torch.LongTensor
     calls: list[int]
+    runs_at_calls: torch.LongTensor
     accepted: int
 
 
 @torch.no_grad()
-def leading_correct(verifier, drafter: SpecDrafterModel, inputs: dict, num_draft_tokens: int, max_new_tokens: int):
+def score_splits(verifier, drafter: SpecDrafterModel, inputs: dict, num_draft_tokens: int, max_new_tokens: int):
     """Decode one source at β=1 and score the drafter teacher-forced on the output.
+
+    Args:
+        verifier: An encoder-decoder model with `enable_speculative_decoding` applied.
+        drafter ([`SpecDrafterModel`]): Its drafter, in eval mode.
+        inputs (`dict`): One source (`input_ids`, `attention_mask`), batch size 1.
+        num_draft_tokens (`int`): k.
+        max_new_tokens (`int`): The output's length limit; the output plus k must fit in the drafter's
+            `max_position_embeddings` (the teacher-forced pass places every split's k slots).
 
     Returns:
         [`SplitScores`]
@@ -73,8 +84,9 @@ def leading_correct(verifier, drafter: SpecDrafterModel, inputs: dict, num_draft
     )
     output = generated.sequences
     length = output.shape[1]
-    encoder_states = verifier.get_encoder()(**inputs).last_hidden_state
     layers = drafter.config.verifier_state_layers
+    reads_verifier = drafter.encoder is None or bool(layers)
+    encoder_states = verifier.get_encoder()(**inputs).last_hidden_state if reads_verifier else None
     states = None
     if layers:
         hidden = verifier(
@@ -82,13 +94,15 @@ def leading_correct(verifier, drafter: SpecDrafterModel, inputs: dict, num_draft
             attention_mask=inputs.get("attention_mask"),
             decoder_input_ids=output,
             output_hidden_states=True,
+            use_cache=False,
         ).decoder_hidden_states
-        states = torch.cat([hidden[index] for index in layers], dim=-1).to(drafter.dtype)
+        states = torch.cat([hidden[index] for index in layers], dim=-1)
     split_lengths = torch.arange(1, length)
+    # the drafter casts the verifier's states to its dtype itself
     logits = drafter(
         input_ids=None if drafter.encoder is None else inputs["input_ids"],
         attention_mask=inputs.get("attention_mask"),
-        encoder_hidden_states=encoder_states.to(drafter.dtype) if drafter.encoder is None else None,
+        encoder_hidden_states=encoder_states if drafter.encoder is None else None,
         decoder_input_ids=output,
         verifier_states=states,
         split_lengths=split_lengths,
@@ -101,8 +115,12 @@ def leading_correct(verifier, drafter: SpecDrafterModel, inputs: dict, num_draft
         inside = positions < length
         targets[inside, slot] = output[0, positions[inside]]
     runs = count_accepted(drafts == targets)
-    calls = [prefix_length - 1 for prefix_length in adapter.prefix_lengths if prefix_length < length]
-    return SplitScores(runs, calls, sum(generated.speculative_stats.accepted_tokens))
+    # a call's prefix is committed and the iteration adds at least its bonus token: every call lies inside the output
+    assert all(prefix_length < length for prefix_length, _ in adapter.calls), (adapter.calls, length)
+    calls = [prefix_length - 1 for prefix_length, _ in adapter.calls]
+    drafted = torch.tensor([k for _, k in adapter.calls], dtype=torch.long)
+    runs_at_calls = torch.minimum(runs[calls], drafted)
+    return SplitScores(runs, calls, runs_at_calls, sum(generated.speculative_stats.accepted_tokens))
 
 
 def acceptance_profile(runs: torch.LongTensor, num_draft_tokens: int) -> list[float]:
@@ -122,14 +140,15 @@ def main(argv: list[str] | None = None) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(args.verifier)
     every, called, accepted = [], [], 0
     for inputs in read_sources(args.data, tokenizer, args.limit):
-        scores = leading_correct(verifier, drafter, inputs, args.num_draft_tokens, args.max_new_tokens)
+        scores = score_splits(verifier, drafter, inputs, args.num_draft_tokens, args.max_new_tokens)
         every.append(scores.runs)
-        called.append(scores.runs[scores.calls])
+        called.append(scores.runs_at_calls)
         accepted += scores.accepted
-    result = {"accepted_in_decoding": accepted, "accepted_teacher_forced_at_calls": int(torch.cat(called).sum())}
+    teacher_forced = int(torch.cat(called).sum())
+    result = {"accepted_in_decoding": accepted, "accepted_teacher_forced_at_calls": teacher_forced}
     print(
-        f"check: decoding accepted {accepted} drafts; teacher-forced at its calls, {result['accepted_teacher_forced_at_calls']}"
-        " (equal but for calls near the length limit, where decoding drafts fewer, and floating-point near-ties)"
+        f"check: decoding accepted {accepted} drafts; teacher-forced at its calls, {teacher_forced} (equal but for "
+        "floating-point near-ties)"
     )
     for name, runs in (("every split point", torch.cat(every)), ("drafter calls", torch.cat(called))):
         profile = acceptance_profile(runs, args.num_draft_tokens)

@@ -155,8 +155,8 @@ CARD_DEFAULT_K = re.compile(r"\(\d+ unless `generate\(\)` gets another")
 def redo_drafter_card_text(text: str, verifier_path: str, num_draft_tokens: int | None, recipe: str | None) -> str:
     """A drafter card's text for the shipped drafter: the verifier it names (a path of the training run, which means
     nothing in the repository) replaced by `verifier_path`, its default k set to `num_draft_tokens` when given, and
-    a `- recipe:` line (replaced if there is one) when `recipe` is given. Raises `ValueError` for a card that
-    `write_model_card` did not write."""
+    a `- recipe:` line (replaced if there is one) when `recipe` is given; without one, a recipe line of an earlier
+    export stays (the weights are the same). Raises `ValueError` for a card that `write_model_card` did not write."""
     heading = CARD_HEADING.search(text)
     if heading is None or "\n- data: " not in text:
         raise ValueError(
@@ -180,9 +180,9 @@ def drafter_recipe(config: Path) -> str:
     if not continued:
         return recipe + ", from the verifier's weights"
     return (
-        f"{recipe} in phases (`scripts/build_demo_pair.sh` runs them), continuing the previous demo pair's drafter "
-        "(git tag demo-v1), re-laid for this verifier by `scripts/grow_demo_drafter.py`; the optimizer steps below "
-        "are those of these phases"
+        f"{recipe}, continuing the drafter it names (`drafter_name_or_path: {continued}`; "
+        "`scripts/build_demo_pair.sh` shows how that drafter was made and runs every phase); the optimizer steps "
+        "below are this training's own"
     )
 
 

@@ -47,9 +47,8 @@ def test_exported_drafter_card_names_the_shipped_verifier_and_its_recipe(tmp_pat
     assert TRAINED_WITH not in card  # a path of the training machine means nothing in the repository
     assert f"# Spec-Drafter for `{SHIPPED}`" in card and f'from_pretrained("{SHIPPED}")' in card
     assert f"- verifier: `{SHIPPED}`" in card and "(2 unless `generate()` gets another" in card
-    recipe = f"- recipe: `python train_drafter.py --config {config.as_posix()}` in phases"
-    assert recipe in card and "continuing the previous demo pair's drafter" in card
-    assert "- optimizer steps: 7" in card and "runs/drafter_v9_init" not in card
+    recipe = f"- recipe: `python train_drafter.py --config {config.as_posix()}`, continuing the drafter it names "
+    assert recipe + "(`drafter_name_or_path: runs/drafter_v9_init`;" in card and "- optimizer steps: 7" in card
     exported = SpecDrafterModel.from_pretrained(target)
     assert exported.config.verifier_name_or_path == SHIPPED and exported.config.num_draft_tokens == 2
     with safe_open(target / "model.safetensors", "pt") as weights:

@@ -352,7 +352,7 @@ def test_read_jsonl_names_the_file_and_line(tmp_path):
         next(rows)
 
 
-def test_sample_indices_is_evaluates_seeded_draw_in_split_order():
+def test_sample_indices_draws_like_evaluate_in_split_order():
     """`--limit N --limit_seed S`: N rows drawn with S, in the split's order; every row when there are no more."""
     drawn = sample_indices(50, 7, 3)
     assert drawn == sorted(drawn) and len(set(drawn)) == 7 and all(0 <= row < 50 for row in drawn)

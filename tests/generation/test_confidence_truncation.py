@@ -8,7 +8,7 @@ from conftest import VOCAB_SIZE, build_verifier, make_source_batch
 from oracle_drafters import ConfidentOracleDrafter
 
 from specdec_hf import SpecDrafterModel, speculative_generate
-from specdec_hf.drafting import DraftProposal
+from specdec_hf.drafting import DraftProposal, softmax_at
 from specdec_hf.generation import ReducedHeadProposal
 from specdec_hf.generation.speculative_loop import confident_draft_counts
 
@@ -144,3 +144,10 @@ def test_bad_threshold_is_rejected(threshold):
             drafter=drafter,
             draft_confidence_threshold=threshold,
         )
+
+
+def test_softmax_at_is_the_probability_of_a_column_and_zero_outside_the_scores():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.2], [0.1, 0.1, 0.8]], dtype=torch.bfloat16))
+    probabilities = softmax_at(logits, torch.tensor([2, -1]))
+    assert probabilities.dtype == torch.float32
+    torch.testing.assert_close(probabilities, torch.tensor([0.2, 0.0]), atol=5e-3, rtol=0)
