@@ -135,11 +135,11 @@ def load_rows(path: str, split: str, args: argparse.Namespace, seed: int | None 
     source = f"{path} [{split}]"
     if seed is None:
         description = f"{rows.num_rows} first {source}"
-    elif rows.num_rows <= args.limit:
-        description = f"all {rows.num_rows} of {source}"
     else:
-        rows = rows.select(sample_indices(rows.num_rows, args.limit, seed))
-        description = f"{rows.num_rows} drawn with seed {seed} from {source}"
+        total = rows.num_rows
+        rows = rows.select(sample_indices(total, args.limit, seed))
+        drawn = f"all {total} of" if total <= args.limit else f"{rows.num_rows} drawn with seed {seed} from"
+        description = f"{drawn} {source}"
     check_pairs(rows, source)
     return rows, data_args, description
 

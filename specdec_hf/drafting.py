@@ -218,7 +218,8 @@ def validate_drafter(drafter: Any, verifier_vocab_size: int) -> None:
             "`specdec_hf.Drafter`."
         )
     positions = getattr(drafter, "max_positions", None)
-    if positions is not None and (_as_int(positions) is None or _as_int(positions) < 2):
+    limit = None if positions is None else _as_int(positions)
+    if positions is not None and (limit is None or limit < 2):
         raise ValueError(
             f"`drafter` ({name}) has `max_positions` {positions!r}: it must be None (no limit) or an integer of at "
             "least 2 (the decoder start token and one drafted token)."
