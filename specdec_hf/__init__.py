@@ -12,6 +12,7 @@ from .generation import (
     enable_speculative_decoding,
     speculative_generate,
 )
+from .linear_kernel_selection import KernelChoice, prepack_where_faster
 from .models import SpecDrafterConfig, SpecDrafterModel, SpecDrafterOutput
 from .prepacked_linear import PrepackedLinear, prepack_linear_layers
 
@@ -20,6 +21,7 @@ __version__ = "0.1.0"
 __all__ = [
     "DraftProposal",
     "Drafter",
+    "KernelChoice",
     "PrepackedLinear",
     "SpecDrafterAdapter",
     "SpecDrafterConfig",
@@ -31,5 +33,6 @@ __all__ = [
     "count_accepted",
     "enable_speculative_decoding",
     "prepack_linear_layers",
+    "prepack_where_faster",
     "speculative_generate",
 ]

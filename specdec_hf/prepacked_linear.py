@@ -108,16 +108,18 @@ class PrepackedLinear(nn.Linear):
     `nn.Linear`'s. The packed copy is made on first use and made again when the weight is replaced (`.to()`, a new
     parameter, a view of another shape or layout) or changed in place through autograd-visible operations (`copy_`,
     `load_state_dict`; tracked by the tensor's version counter). Changes made through `.data` are invisible to that
-    counter: call `reset_packed()` after them. Training (gradients for the weight, the bias or the input), autocast,
-    `torch.compile` tracing, `torch.backends.mkldnn.enabled = False`, inference-mode weights, empty layers, other
-    devices, other dtypes and a PyTorch whose oneDNN operators are missing or fail run `nn.Linear`'s own
-    computation. Not supported: forward-mode AD through it (tangents are dropped under `no_grad`),
+    counter: call `reset_packed()` after them. Calls with fewer rows (input elements over `in_features`) than the
+    attribute `min_rows` (1 by default; `prepack_where_faster` raises it where oneDNN pays only from more rows on),
+    training (gradients for the weight, the bias or the input), autocast, `torch.compile` tracing,
+    `torch.backends.mkldnn.enabled = False`, inference-mode weights, empty layers, other devices, other dtypes and a
+    PyTorch whose oneDNN operators are missing or fail run `nn.Linear`'s own computation. Not supported: forward-mode AD through it (tangents are dropped under `no_grad`),
     `torch.fx.symbolic_trace` (not a leaf module), and concurrent calls from several threads (the packed copy is
     made lazily).
     """
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        self.min_rows = 1
         self.reset_packed()
 
     @classmethod
@@ -143,7 +145,11 @@ class PrepackedLinear(nn.Linear):
         # of parameters is slow)
         weight, bias = self.weight, self.bias
         operators = _onednn_operators()
-        if operators is None or not self._takes_prepacked_path(input, weight, bias, operators.dtypes):
+        if (
+            operators is None
+            or input.numel() < self.min_rows * self.in_features  # below the rows from which oneDNN pays
+            or not self._takes_prepacked_path(input, weight, bias, operators.dtypes)
+        ):
             return F.linear(input, weight, bias)
         try:
             return operators.linear_pointwise(input, self._packed_weight(weight, operators), bias, "none", [], "")
@@ -231,6 +237,7 @@ def prepack_linear_layers(model: nn.Module) -> nn.Module:
             )
     for _, layer in layers:
         layer.__class__ = PrepackedLinear
+        layer.min_rows = 1
         layer.reset_packed()
     return model
 

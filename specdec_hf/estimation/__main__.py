@@ -75,7 +75,10 @@ class EstimateArguments:
     device: str = field(default="cuda" if torch.cuda.is_available() else "cpu", metadata={"help": "cpu or cuda."})
     dtype: str = field(default="float32", metadata={"help": f"Weights: {', '.join(_DTYPES)}."})
     prepack_linear: bool = field(
-        default=True, metadata={"help": "On CPU, run linear layers on prepacked oneDNN weights (as evaluate.py can)."}
+        default=True,
+        metadata={
+            "help": "On CPU, run linear layers on prepacked oneDNN weights where measured faster (as evaluate.py can)."
+        },
     )
     drafter_config: dict | None = field(
         default=None,

@@ -18,9 +18,9 @@ from transformers import AutoModelForSeq2SeqLM, PretrainedConfig, PreTrainedMode
 from ..evaluation.interleaved import time_interleaved
 from ..evaluation.timing import ModuleTimer, TimedDrafter, median, timed
 from ..generation import speculative_generate
+from ..linear_kernel_selection import prepack_where_faster
 from ..models import SpecDrafterModel
 from ..models.verifier_conversion import decoder_hidden_state_count
-from ..prepacked_linear import prepack_linear_layers
 from .oracle import ProfileOracleDrafter
 from .profile import AcceptanceProfile
 
@@ -169,8 +169,8 @@ def build_shape_models(
         setattr(generation, key, value)
     drafter = recommended_drafter(verifier, max_draft_tokens, settings.drafter_overrides)
     if settings.prepack_linear and device.type == "cpu":
-        prepack_linear_layers(verifier)
-        prepack_linear_layers(drafter)
+        prepack_where_faster(verifier)
+        prepack_where_faster(drafter)
     generator = torch.Generator().manual_seed(settings.seed)
     low, high = 3, max(4, min(config.vocab_size, 32000) - 1)  # ordinary pieces, not special ids
     sources = []

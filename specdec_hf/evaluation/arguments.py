@@ -118,8 +118,9 @@ class EvaluationArguments:
     prepack_linear: bool = field(
         default=False,
         metadata={
-            "help": "CPU only: run the linear layers of every model on weights prepacked for oneDNN "
-            "(`specdec_hf.prepack_linear_layers`). Greedy and every other strategy run on the same prepacked models."
+            "help": "CPU only: run the linear layers of every model on weights prepacked for oneDNN where that is "
+            "measured faster on this machine, per layer signature and row count (`specdec_hf.prepack_where_faster`; "
+            "the choices are in results.json). Greedy and every other strategy run on the same models."
         },
     )
     num_threads: int | None = field(default=None, metadata={"help": "torch CPU threads (default: torch's)."})

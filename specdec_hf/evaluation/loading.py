@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from ..dtypes import TORCH_DTYPES
+from ..linear_kernel_selection import KernelChoice, prepack_where_faster
 from ..model_files import load_pretrained
 from ..models import SpecDrafterModel
-from ..prepacked_linear import prepack_linear_layers
 from .arguments import EvaluationArguments
 
 __all__ = ["EvaluationModels", "load_models", "resolve_device"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -26,6 +29,8 @@ class EvaluationModels:
     assistant: torch.nn.Module | None
     # CTranslate2 workers of the `ct2*` strategies, by strategy name (started after the models are checked)
     ct2_workers: dict = field(default_factory=dict)
+    # with `prepack_linear`: the kernel chosen per linear layer signature of each model, by role
+    kernel_choices: dict[str, list[KernelChoice]] = field(default_factory=dict)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -59,12 +64,20 @@ def load_models(args: EvaluationArguments, device: torch.device) -> EvaluationMo
     assistant = None
     if any(strategy.kind == "assisted" for strategy in args.resolved_strategies):
         assistant = load_pretrained(load_seq2seq, args.assistant_model, "assistant_model", dtype=dtype, **attention)
-    for model in [verifier, *drafters] + ([assistant] if assistant is not None else []):
+    roles = {"verifier": verifier, **{f"drafter {index}": drafter for index, drafter in enumerate(drafters)}}
+    if assistant is not None:
+        roles["assistant"] = assistant
+    kernel_choices = {}
+    for role, model in roles.items():
         model.to(device).eval().requires_grad_(False)
         if args.prepack_linear:
-            prepack_linear_layers(model)
+            # measured here, after the run's thread count is set: greedy and every strategy get the faster kernel
+            kernel_choices[role] = prepack_where_faster(model)
+            logger.info("%s linear layers: %s", role, "; ".join(c.describe() for c in kernel_choices[role]))
     for model in [verifier] + ([assistant] if assistant is not None else []):
         # every strategy passes `max_new_tokens`, which overrides a checkpoint's `max_length`; dropping it (on these
         # instances only) stops generate() from warning about the pair on every call
         model.generation_config.max_length = None
-    return EvaluationModels(verifier=verifier, tokenizer=tokenizer, drafters=drafters, assistant=assistant)
+    return EvaluationModels(
+        verifier=verifier, tokenizer=tokenizer, drafters=drafters, assistant=assistant, kernel_choices=kernel_choices
+    )

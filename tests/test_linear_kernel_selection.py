@@ -1,0 +1,168 @@
+"""`prepack_where_faster`: each linear layer signature keeps the kernel measured faster, per row count."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from conftest import build_verifier, make_source_batch
+from torch import nn
+
+from specdec_hf import KernelChoice, PrepackedLinear, SpecDrafterModel, prepack_where_faster, speculative_generate
+from specdec_hf import prepacked_linear as prepacked_linear_module
+
+pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this PyTorch build has no oneDNN")
+
+ROWS = (1, 2, 5, 9)
+
+
+def _model() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(32, 48), nn.ReLU(), nn.Linear(48, 32), nn.ReLU(), nn.Linear(32, 48))
+
+
+def _linears(model: nn.Module) -> list[nn.Linear]:
+    return [module for module in model.modules() if isinstance(module, nn.Linear)]
+
+
+def _prepacked_here(dtype: torch.dtype) -> bool:
+    operators = prepacked_linear_module._onednn_operators()
+    return operators is not None and dtype in operators.dtypes
+
+
+def _fake_measure(prepacked_wins: set[int], calls: list | None = None):
+    """A measurement where the prepacked kernel is faster exactly at the row counts in `prepacked_wins`."""
+
+    def measure(layer, rows):
+        assert layer.min_rows == 1, "a previous choice must not change what is measured"
+        if calls is not None:
+            calls.append((layer.in_features, layer.out_features, rows))
+        return (2.0, 1.0) if rows in prepacked_wins else (1.0, 2.0)
+
+    return measure
+
+
+@pytest.fixture
+def counted_onednn_calls(monkeypatch):
+    """How many calls took the oneDNN path (the operator wrapped, so that its results stay real)."""
+    operators = prepacked_linear_module._onednn_operators()
+    if operators is None or torch.float32 not in operators.dtypes:
+        pytest.skip("the oneDNN operators do not run here")
+    calls = []
+
+    def counting(*args):
+        calls.append(args[0].shape)
+        return operators.linear_pointwise(*args)
+
+    monkeypatch.setattr(prepacked_linear_module, "_operators", operators._replace(linear_pointwise=counting))
+    return calls
+
+
+def test_prepacked_only_from_the_rows_where_it_wins(counted_onednn_calls):
+    model = _model()
+    reference = copy.deepcopy(model)
+    choices = prepack_where_faster(model, rows=ROWS, measure=_fake_measure({5, 9}))
+    assert [choice.min_rows for choice in choices] == [5, 5]
+    assert all(isinstance(layer, PrepackedLinear) and layer.min_rows == 5 for layer in _linears(model))
+    with torch.no_grad():
+        for rows in (1, 2, 4):
+            inputs = torch.randn(rows, 32)
+            torch.testing.assert_close(model(inputs), reference(inputs), rtol=1e-5, atol=1e-5)
+        assert counted_onednn_calls == []  # below 5 rows: nn.Linear's kernel
+        for rows in (5, 7, 64):
+            inputs = torch.randn(1, rows, 32)
+            torch.testing.assert_close(model(inputs), reference(inputs), rtol=1e-5, atol=1e-5)
+    assert len(counted_onednn_calls) == 3 * 3
+
+
+def test_a_signature_that_never_wins_is_nn_linear_again(counted_onednn_calls):
+    model = _model()
+    state = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    inputs = torch.randn(5, 32)
+    with torch.no_grad():
+        expected = model(inputs)
+    choices = prepack_where_faster(model, rows=ROWS, measure=_fake_measure(set()))
+    assert [choice.min_rows for choice in choices] == [None, None]
+    for layer in _linears(model):
+        assert type(layer) is nn.Linear
+        assert not {"_packed", "_packed_source", "_packed_key", "min_rows"} & set(vars(layer))
+    assert all(torch.equal(model.state_dict()[name], tensor) for name, tensor in state.items())
+    with torch.no_grad():
+        assert torch.equal(model(inputs), expected)
+    assert counted_onednn_calls == []
+    assert "nn.Linear" in choices[0].describe()
+
+
+def test_only_a_winning_tail_of_row_counts_counts():
+    """A win at 2 rows between losses does not prepack small calls: only wins at every larger count do."""
+    choices = prepack_where_faster(_model(), rows=ROWS, measure=_fake_measure({2, 9}))
+    assert [choice.min_rows for choice in choices] == [9, 9]
+    choices = prepack_where_faster(_model(), rows=ROWS, measure=_fake_measure({1, 2, 5, 9}))
+    assert [choice.min_rows for choice in choices] == [1, 1]
+
+
+def test_one_measurement_per_signature_and_row_count():
+    calls = []
+    model = _model()  # 32 -> 48 twice, 48 -> 32 once
+    choices = prepack_where_faster(model, rows=ROWS, measure=_fake_measure({9}, calls))
+    if not _prepacked_here(torch.float32):
+        assert calls == [] and all(choice.min_rows is None for choice in choices)
+        return
+    assert sorted(calls) == sorted([(32, 48, rows) for rows in ROWS] + [(48, 32, rows) for rows in ROWS])
+    assert [(c.in_features, c.out_features, c.layers, c.bias, c.dtype) for c in choices] == [
+        (32, 48, 2, True, torch.float32),
+        (48, 32, 1, True, torch.float32),
+    ]
+    assert choices[0].rows == ROWS and choices[0].plain_seconds == (1.0, 1.0, 1.0, 2.0)
+    # a second call measures again, from every row count (the fake measure checks min_rows is reset to 1)
+    choices = prepack_where_faster(model, rows=ROWS, measure=_fake_measure({1, 2, 5, 9}))
+    assert all(layer.min_rows == 1 for layer in _linears(model))
+
+
+def test_a_dtype_onednn_does_not_serve_is_not_measured():
+    calls = []
+    model = _model().half()
+    choices = prepack_where_faster(model, rows=ROWS, measure=_fake_measure({1, 2, 5, 9}, calls))
+    assert calls == []
+    assert all(choice.min_rows is None and choice.plain_seconds == () for choice in choices)
+    assert all(type(layer) is nn.Linear for layer in _linears(model))
+
+
+@pytest.mark.parametrize("rows", [(), (0, 1), (5, 2), (1, 1, 2)])
+def test_bad_row_counts_are_refused(rows):
+    with pytest.raises(ValueError, match="`rows` must be increasing row counts"):
+        prepack_where_faster(_model(), rows=rows)
+
+
+def test_real_measurement_keeps_results_and_reports_every_layer():
+    model = _model()
+    inputs = torch.randn(5, 32)
+    with torch.no_grad():
+        expected = model(inputs)
+    choices = prepack_where_faster(model, rows=(1, 5))
+    assert all(isinstance(choice, KernelChoice) for choice in choices)
+    assert sum(choice.layers for choice in choices) == 3
+    if _prepacked_here(torch.float32):
+        assert all(len(c.plain_seconds) == len(c.prepacked_seconds) == 2 for c in choices)
+        assert all(seconds > 0 for c in choices for seconds in c.plain_seconds + c.prepacked_seconds)
+    with torch.no_grad():
+        torch.testing.assert_close(model(inputs), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_beta_one_equals_greedy_when_one_step_and_a_verification_take_different_kernels(family, batch_size):
+    """Greedy's one-row steps on nn.Linear's kernel, verifications on oneDNN's: β=1 is still greedy's output."""
+    verifier = build_verifier(family).eval()
+    torch.manual_seed(0)
+    drafter = SpecDrafterModel.from_verifier(
+        verifier, max_draft_tokens=4, decoder_layers=1, prefix_attention="causal", verifier_state_layers=[-1]
+    ).eval()
+    prepack_where_faster(verifier, rows=ROWS, measure=_fake_measure({2, 5, 9}))
+    prepack_where_faster(drafter, rows=ROWS, measure=_fake_measure({5, 9}))
+    inputs = make_source_batch(batch_size, pad_token_id=verifier.config.pad_token_id)
+    greedy = verifier.generate(**inputs, do_sample=False, max_new_tokens=20)
+    output = verifier.generate(
+        **inputs, do_sample=False, max_new_tokens=20, custom_generate=speculative_generate, drafter=drafter
+    )
+    assert torch.equal(output, greedy)
