@@ -266,7 +266,7 @@ def compare(args: argparse.Namespace, command: str) -> dict[str, Any]:
         f"machine: {cpu_model()}, {os.cpu_count()} logical cores; threads: {args.num_threads} (torch and CTranslate2)",
         f"torch {torch.__version__}, transformers {transformers.__version__}; CPU, batch size 1, max_new_tokens "
         f"{args.max_new_tokens}; verifiers float32, drafters {args.drafter_dtype}, "
-        f"{'prepacked' if args.prepack_linear else 'plain'} linear layers",
+        f"{'linear layers prepacked where measured faster' if args.prepack_linear else 'plain linear layers'}",
         "rows: " + "; ".join(description for _, _, description in splits.values()),
         f"repeats: {args.repeats}, all rows interleaved one sentence at a time in a rotating order after an "
         "instrumented warm-up; median (min–max); speed-ups: paired per-repeat ratios",

@@ -3,12 +3,14 @@
 Whether a prepacked oneDNN call beats `nn.Linear`'s own kernel depends on the CPU, the layer's shape and the rows fed
 at once: on one 2-core machine prepacking every layer made float32 greedy decoding of the demo verifier faster, on
 another (an Intel Xeon with AMX, in a virtual machine) every oneDNN call carried a fixed cost several times that of
-PyTorch's kernel for a small layer, and the same prepacking made greedy decoding slower (`benchmarks/bench_prepacked_linear.py`; figures in
-docs/RESULTS.md). A speed-up measured against greedy decoding on such models compares with a handicapped baseline.
-`prepack_where_faster` therefore times each distinct layer signature both ways, at the row counts decoding feeds
-(one row per greedy step, k + 1 per verification, more with batches), and keeps a layer prepacked only from the row
-count on where oneDNN wins at that count and at every larger one measured; a signature where it never wins goes back
-to `nn.Linear`. Greedy and speculative decoding then run on the faster kernel at every row count, each.
+PyTorch's kernel for a small layer, and the same prepacking made greedy decoding slower
+(`benchmarks/bench_prepacked_linear.py`; figures in docs/RESULTS.md). A speed-up measured against greedy decoding on
+such models compares with a handicapped baseline. `prepack_where_faster` therefore times each distinct layer
+signature both ways, alone and with its weight warm in the caches, at a few row counts (one row per greedy step,
+k + 1 per verification, more with batches), and keeps it prepacked from the smallest measured row count from which
+oneDNN wins at every larger measured count; calls with fewer rows take `nn.Linear`'s kernel (also at a smaller count
+where oneDNN happened to win), calls with more rows than the last measured count follow its choice, and a signature
+where oneDNN does not win at the last count goes back to `nn.Linear`.
 """
 
 from __future__ import annotations
@@ -38,10 +40,10 @@ class KernelChoice:
 
     Attributes:
         in_features, out_features (`int`), bias (`bool`), dtype (`torch.dtype`): The signature.
-        layers (`int`): How many of the model's layers have it.
+        num_layers (`int`): How many of the model's layers have it.
         rows (`tuple[int]`): The row counts measured.
         plain_seconds, prepacked_seconds (`tuple[float]`): Seconds per call at each row count (empty when nothing
-            was measured: a dtype oneDNN does not serve here).
+            was measured: no oneDNN operators here, a dtype they do not serve, or a layer they would not run).
         min_rows (`int` or `None`): Prepacked from this many rows on; `None`: the layers are `nn.Linear` again.
     """
 
@@ -49,7 +51,7 @@ class KernelChoice:
     out_features: int
     bias: bool
     dtype: torch.dtype
-    layers: int
+    num_layers: int
     rows: tuple[int, ...]
     plain_seconds: tuple[float, ...]
     prepacked_seconds: tuple[float, ...]
@@ -57,8 +59,27 @@ class KernelChoice:
 
     def describe(self) -> str:
         """One line: the signature, the layer count and the choice."""
-        choice = "nn.Linear" if self.min_rows is None else f"prepacked from {self.min_rows} row(s)"
-        return f"{self.in_features} -> {self.out_features} ({str(self.dtype).removeprefix('torch.')}, {self.layers} layers): {choice}"
+        if self.min_rows is not None:
+            choice = f"prepacked from {self.min_rows} row(s)"
+        else:
+            choice = "nn.Linear" + ("" if self.plain_seconds else " (not measured: no oneDNN path for it here)")
+        dtype = str(self.dtype).removeprefix("torch.")
+        bias = "" if self.bias else ", no bias"
+        return f"{self.in_features} -> {self.out_features} ({dtype}{bias}, {self.num_layers} layer(s)): {choice}"
+
+    def to_dict(self) -> dict:
+        """JSON-ready: the signature, the row counts, the microseconds per call both ways and the choice."""
+        return {
+            "in_features": self.in_features,
+            "out_features": self.out_features,
+            "bias": self.bias,
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "num_layers": self.num_layers,
+            "rows": list(self.rows),
+            "plain_us": [round(seconds * 1e6, 2) for seconds in self.plain_seconds],
+            "prepacked_us": [round(seconds * 1e6, 2) for seconds in self.prepacked_seconds],
+            "min_rows": self.min_rows,
+        }
 
 
 def prepack_where_faster(
@@ -69,41 +90,40 @@ def prepack_where_faster(
 
     Call it after `torch.set_num_threads`, on the device and in the dtype the model will run in: the choice is made
     for them. A layer kept prepacked has its `min_rows` set (calls with fewer rows take `nn.Linear`'s kernel); a
-    layer of a signature that never wins becomes a plain `nn.Linear` again (same object, parameters and hooks).
+    layer of a signature that does not win becomes a plain `nn.Linear` again (same object, parameters and hooks).
+    The choice rests on timings: two calls can choose differently where both kernels cost about the same. A later
+    `prepack_linear_layers(model)` prepacks every layer again, at every row count.
 
     Args:
         model (`nn.Module`): On CPU, as for `prepack_linear_layers`.
         rows (`Sequence[int]`): Row counts to measure, increasing; calls with more rows than the last follow its
             choice.
         measure (`Callable`, *optional*): `(layer, rows) -> (plain seconds, prepacked seconds)` per call; by default
-            both kernels are timed on a random input in interleaved rounds (a few milliseconds per signature).
+            both kernels are timed on a random input, under `torch.inference_mode`, in interleaved rounds (about
+            850 calls per signature: well under a second for the demo pair's layers, longer for large ones).
 
     Returns:
         `list[KernelChoice]`: one per signature, in the order the model's modules first show it.
 
     Raises:
-        ValueError: when `rows` is empty, not increasing or holds a count below 1; and as `prepack_linear_layers`.
+        ValueError: when `rows` is empty, not increasing or holds a count below 1; and as `prepack_linear_layers`
+            (a layer's weight off the CPU).
+        RuntimeError: as `prepack_linear_layers`, when this PyTorch build has no oneDNN.
     """
     rows = tuple(rows)
     if not rows or any(count < 1 for count in rows) or list(rows) != sorted(set(rows)):
         raise ValueError(f"`rows` must be increasing row counts of at least 1, got {rows}")
     measure = measure or _time_both_kernels
     prepack_linear_layers(model)
-    operators = _onednn_operators()
     groups: dict[tuple, list[PrepackedLinear]] = {}
     for module in model.modules():
-        if isinstance(module, PrepackedLinear):
+        if type(module) is PrepackedLinear:  # not subclasses, which may compute something else
             key = (module.in_features, module.out_features, module.bias is not None, module.weight.dtype)
             groups.setdefault(key, []).append(module)
+    # every signature decided before any layer changes: a measurement that raises leaves the model as prepacked
+    decided = [(key, layers, *_measure_signature(layers[0], rows, measure)) for key, layers in groups.items()]
     choices = []
-    for (in_features, out_features, bias, dtype), layers in groups.items():
-        plain, prepacked, min_rows = (), (), None
-        if operators is not None and dtype in operators.dtypes:
-            layers[0].min_rows = 1  # measured on every row count, also when a previous choice raised it
-            with torch.no_grad():  # the prepacked path serves inference only
-                seconds = [measure(layers[0], count) for count in rows]
-            plain, prepacked = tuple(s[0] for s in seconds), tuple(s[1] for s in seconds)
-            min_rows = _first_of_winning_tail(rows, plain, prepacked)
+    for (in_features, out_features, bias, dtype), layers, plain, prepacked, min_rows in decided:
         for layer in layers:
             if min_rows is None:
                 _to_plain_linear(layer)
@@ -115,6 +135,24 @@ def prepack_where_faster(
     return choices
 
 
+def _measure_signature(
+    layer: PrepackedLinear, rows: tuple[int, ...], measure: Measure
+) -> tuple[tuple[float, ...], tuple[float, ...], int | None]:
+    """Both kernels' seconds per call at each row count and the chosen `min_rows`; nothing measured (and `None`)
+    where the prepacked path would not run this layer, before or after the measurement."""
+    operators = _onednn_operators()
+    sample = torch.zeros(1, layer.in_features, dtype=layer.weight.dtype)
+    with torch.inference_mode():  # as evaluate.py decodes
+        if operators is None or not layer._takes_prepacked_path(sample, layer.weight, layer.bias, operators.dtypes):
+            return (), (), None
+        layer.min_rows = 1  # measured on every row count, also when a previous choice set it higher
+        seconds = [measure(layer, count) for count in rows]
+    if _onednn_operators() is None:  # an operator failed on a real call meanwhile: every layer falls back now
+        return (), (), None
+    plain, prepacked = tuple(s[0] for s in seconds), tuple(s[1] for s in seconds)
+    return plain, prepacked, _first_of_winning_tail(rows, plain, prepacked)
+
+
 def _first_of_winning_tail(
     rows: tuple[int, ...], plain: tuple[float, ...], prepacked: tuple[float, ...]
 ) -> int | None:
@@ -123,7 +161,7 @@ def _first_of_winning_tail(
     for count, plain_seconds, prepacked_seconds in zip(
         reversed(rows), reversed(plain), reversed(prepacked), strict=True
     ):
-        if prepacked_seconds >= plain_seconds:
+        if not prepacked_seconds < plain_seconds:  # a NaN timing is no win
             break
         first = count
     return first

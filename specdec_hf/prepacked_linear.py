@@ -109,13 +109,16 @@ class PrepackedLinear(nn.Linear):
     parameter, a view of another shape or layout) or changed in place through autograd-visible operations (`copy_`,
     `load_state_dict`; tracked by the tensor's version counter). Changes made through `.data` are invisible to that
     counter: call `reset_packed()` after them. Calls with fewer rows (input elements over `in_features`) than the
-    attribute `min_rows` (1 by default; `prepack_where_faster` raises it where oneDNN pays only from more rows on),
+    attribute `min_rows` (1 by default; `prepack_where_faster` sets it higher where oneDNN pays only from more rows on),
     training (gradients for the weight, the bias or the input), autocast, `torch.compile` tracing,
     `torch.backends.mkldnn.enabled = False`, inference-mode weights, empty layers, other devices, other dtypes and a
-    PyTorch whose oneDNN operators are missing or fail run `nn.Linear`'s own computation. Not supported: forward-mode AD through it (tangents are dropped under `no_grad`),
-    `torch.fx.symbolic_trace` (not a leaf module), and concurrent calls from several threads (the packed copy is
-    made lazily).
+    PyTorch whose oneDNN operators are missing or fail run `nn.Linear`'s own computation. Not supported:
+    forward-mode AD through it (tangents are dropped under `no_grad`), `torch.fx.symbolic_trace` (not a leaf
+    module), and concurrent calls from several threads (the packed copy is made lazily).
     """
+
+    # calls with fewer rows take nn.Linear's kernel (a class default too, for layers pickled before it existed)
+    min_rows: int = 1
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -239,6 +242,9 @@ def prepack_linear_layers(model: nn.Module) -> nn.Module:
         layer.__class__ = PrepackedLinear
         layer.min_rows = 1
         layer.reset_packed()
+    for module in model.modules():  # prepacked before, perhaps only from some row count on (`prepack_where_faster`)
+        if type(module) is PrepackedLinear:
+            module.min_rows = 1
     return model
 
 

@@ -94,7 +94,7 @@ def test_a_signature_that_never_wins_is_nn_linear_again(counted_onednn_calls):
     assert "nn.Linear" in choices[0].describe()
 
 
-def test_only_a_winning_tail_of_row_counts_counts():
+def test_only_wins_up_to_the_last_row_count_prepack():
     """A win at 2 rows between losses does not prepack small calls: only wins at every larger count do."""
     choices = prepack_where_faster(_model(), rows=ROWS, measure=_fake_measure({2, 9}))
     assert [choice.min_rows for choice in choices] == [9, 9]
@@ -110,7 +110,7 @@ def test_one_measurement_per_signature_and_row_count():
         assert calls == [] and all(choice.min_rows is None for choice in choices)
         return
     assert sorted(calls) == sorted([(32, 48, rows) for rows in ROWS] + [(48, 32, rows) for rows in ROWS])
-    assert [(c.in_features, c.out_features, c.layers, c.bias, c.dtype) for c in choices] == [
+    assert [(c.in_features, c.out_features, c.num_layers, c.bias, c.dtype) for c in choices] == [
         (32, 48, 2, True, torch.float32),
         (48, 32, 1, True, torch.float32),
     ]
@@ -142,7 +142,7 @@ def test_real_measurement_keeps_results_and_reports_every_layer():
         expected = model(inputs)
     choices = prepack_where_faster(model, rows=(1, 5))
     assert all(isinstance(choice, KernelChoice) for choice in choices)
-    assert sum(choice.layers for choice in choices) == 3
+    assert sum(choice.num_layers for choice in choices) == 3
     if _prepacked_here(torch.float32):
         assert all(len(c.plain_seconds) == len(c.prepacked_seconds) == 2 for c in choices)
         assert all(seconds > 0 for c in choices for seconds in c.plain_seconds + c.prepacked_seconds)
@@ -151,18 +151,61 @@ def test_real_measurement_keeps_results_and_reports_every_layer():
 
 
 @pytest.mark.parametrize("batch_size", [1, 3])
-def test_beta_one_equals_greedy_when_one_step_and_a_verification_take_different_kernels(family, batch_size):
-    """Greedy's one-row steps on nn.Linear's kernel, verifications on oneDNN's: β=1 is still greedy's output."""
+def test_beta_one_equals_greedy_when_steps_and_verifications_take_different_kernels(
+    family, batch_size, counted_onednn_calls
+):
+    """Calls below 5 rows (greedy steps here, at batch 1 and 3) on nn.Linear's kernel, verifications of k=4 (5 rows
+    a row and more) on oneDNN's: β=1 is still greedy's output."""
     verifier = build_verifier(family).eval()
     torch.manual_seed(0)
     drafter = SpecDrafterModel.from_verifier(
         verifier, max_draft_tokens=4, decoder_layers=1, prefix_attention="causal", verifier_state_layers=[-1]
     ).eval()
-    prepack_where_faster(verifier, rows=ROWS, measure=_fake_measure({2, 5, 9}))
+    prepack_where_faster(verifier, rows=ROWS, measure=_fake_measure({5, 9}))
     prepack_where_faster(drafter, rows=ROWS, measure=_fake_measure({5, 9}))
     inputs = make_source_batch(batch_size, pad_token_id=verifier.config.pad_token_id)
     greedy = verifier.generate(**inputs, do_sample=False, max_new_tokens=20)
+    assert all(shape[:-1].numel() >= 5 for shape in counted_onednn_calls)  # the encoder's rows, none of the steps'
+    steps_on_onednn = len(counted_onednn_calls)
     output = verifier.generate(
-        **inputs, do_sample=False, max_new_tokens=20, custom_generate=speculative_generate, drafter=drafter
+        **inputs,
+        do_sample=False,
+        max_new_tokens=20,
+        num_draft_tokens=4,
+        custom_generate=speculative_generate,
+        drafter=drafter,
     )
     assert torch.equal(output, greedy)
+    assert len(counted_onednn_calls) > 2 * steps_on_onednn  # the verifications ran on oneDNN
+
+
+def test_rows_count_every_leading_dimension(counted_onednn_calls):
+    """A (batch, positions, features) input has batch x positions rows."""
+    model = _model()
+    prepack_where_faster(model, rows=ROWS, measure=_fake_measure({5, 9}))
+    with torch.no_grad():
+        model(torch.randn(2, 2, 32))  # 4 rows
+        assert counted_onednn_calls == []
+        model(torch.randn(3, 2, 32))  # 6 rows
+        assert len(counted_onednn_calls) == 3
+        model(torch.randn(0, 32))  # no rows
+        assert len(counted_onednn_calls) == 3
+
+
+def test_signatures_tell_bias_apart_and_count_a_shared_layer_once():
+    shared = nn.Linear(32, 32)
+    model = nn.ModuleList([shared, nn.Linear(32, 32, bias=False), shared])
+    choices = prepack_where_faster(model, rows=ROWS, measure=_fake_measure({9}))
+    assert [(choice.bias, choice.num_layers) for choice in choices] == [(True, 1), (False, 1)]
+    assert "no bias" in choices[1].describe() and "no bias" not in choices[0].describe()
+
+
+def test_layers_the_prepacked_path_would_not_run_are_not_measured():
+    calls = []
+    model = _model()
+    with torch.backends.mkldnn.flags(enabled=False):
+        choices = prepack_where_faster(model, rows=ROWS, measure=_fake_measure({1, 2, 5, 9}, calls))
+    assert calls == []
+    assert all(type(layer) is nn.Linear for layer in _linears(model))
+    assert all("not measured" in choice.describe() for choice in choices)
+    assert choices[0].to_dict()["plain_us"] == [] and choices[0].to_dict()["min_rows"] is None

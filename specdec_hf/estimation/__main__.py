@@ -156,7 +156,8 @@ def header(args: EstimateArguments, profile: AcceptanceProfile) -> str:
             f"machine: {cpu_model()}, {os.cpu_count()} logical cores, load average "
             f"{'unknown' if load is None else f'{load:.2f}'} at start; {platform.platform()}; device {args.device}",
             f"torch {torch.__version__}, transformers {transformers.__version__}, {torch.get_num_threads()} thread(s), "
-            f"{args.dtype}, prepacked linear layers: {args.prepack_linear and args.device == 'cpu'}",
+            f"{args.dtype}, linear layers prepacked where measured faster: "
+            f"{args.prepack_linear and args.device == 'cpu'}",
             f"random weights; batch 1; {args.sentences} random sources of {args.source_length} tokens, "
             f"{args.max_new_tokens} new tokens each (EOS off); a random Spec-Drafter of the recommended design "
             "really called, its tokens set by an oracle; greedy and the two direct runs interleaved over "

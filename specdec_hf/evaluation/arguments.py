@@ -105,7 +105,8 @@ class EvaluationArguments:
         default=None,
         metadata={
             "help": "Weights of the drafters (default: `dtype`). Drafts are only proposals, so a bfloat16 drafter "
-            "next to a float32 verifier leaves the output unchanged and makes each draft cheaper on CPUs."
+            "next to a float32 verifier leaves the output unchanged; whether it makes each draft cheaper depends on "
+            "the CPU (docs/RESULTS.md)."
         },
     )
     attn_implementation: str | None = field(

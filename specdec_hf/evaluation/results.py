@@ -147,7 +147,7 @@ def models_section(args: EvaluationArguments, models: EvaluationModels) -> dict[
         "assistant_model": args.assistant_model if models.assistant is not None else None,
         # with `prepack_linear`: per model, each linear layer signature's kernel as measured on this machine
         "linear_kernels": {
-            role: [choice.describe() for choice in choices] for role, choices in models.kernel_choices.items()
+            role: [choice.to_dict() for choice in choices] for role, choices in models.kernel_choices.items()
         },
     }
 
