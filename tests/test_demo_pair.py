@@ -71,16 +71,28 @@ def test_beta_one_is_identical_to_greedy_on_held_out_sentences(pair):
     assert all(text.strip() for text in tokenizer.batch_decode(greedy, skip_special_tokens=True))
 
 
-def test_main_job_config_runs_every_strategy_on_a_few_held_out_rows(tmp_path, monkeypatch):
-    """`make demo`'s config, shortened (4 rows, no timing repeats, no sweep): every strategy, β=1 equal to greedy."""
-    monkeypatch.chdir(REPO)  # the config's paths are relative to the repository root
-    argv = ["--config", "configs/eval/demo_en_de.yaml", "--output_dir", str(tmp_path), "--limit", "4"]
+def _run_shortened(config: str, output_dir: Path) -> dict:
+    """A `make demo` config on 4 rows, without timing repeats, sweep or memory measurement."""
+    argv = ["--config", config, "--output_dir", str(output_dir), "--limit", "4"]
     argv += ["--repeats", "1", "--sweep", "false", "--measure_memory", "false", "--disable_tqdm", "true"]
-    data = run_evaluation(*parse_evaluation_arguments(argv))
-    strategies = data["strategies"]
-    assert {"greedy", "beam", "assisted", "ct2", "ct2_int8"} <= set(strategies)
+    return run_evaluation(*parse_evaluation_arguments(argv))
+
+
+def test_main_job_peers_config_runs_every_peer_on_a_few_held_out_rows(tmp_path, monkeypatch):
+    """`make demo`'s second config, shortened: beam search, HF assisted generation and CTranslate2 beside greedy."""
+    monkeypatch.chdir(REPO)  # the config's paths are relative to the repository root
+    strategies = _run_shortened("configs/eval/demo_en_de_peers.yaml", tmp_path)["strategies"]
+    assert set(strategies) == {"greedy", "beam", "assisted", "ct2", "ct2_int8"}
     # CTranslate2's conversion of the shipped verifier decodes as HF greedy does (float32: up to rounding)
     assert strategies["ct2"]["identical_to_greedy"] >= 0.75
+    assert strategies["assisted"]["identical_to_greedy"] == 1.0
+
+
+def test_main_job_config_runs_every_strategy_on_a_few_held_out_rows(tmp_path, monkeypatch):
+    """`make demo`'s first config, shortened: greedy and speculative decoding, β=1 equal to greedy."""
+    monkeypatch.chdir(REPO)
+    strategies = _run_shortened("configs/eval/demo_en_de.yaml", tmp_path)["strategies"]
+    assert set(strategies) == {"greedy", "spec_k4_b1_t0", "spec_k4_b3_t1"}
     speculative = [name for name in strategies if name.startswith("spec_")]
     assert any("_b1_" in name for name in speculative) and any("_b1_" not in name for name in speculative)
     for name in speculative:
