@@ -21,9 +21,9 @@ $(VENV)/.installed: pyproject.toml
 # the main job: the offline en->de pair shipped in models/demo-en-de on 100 of its held-out rows, speculative
 # decoding against greedy timed interleaved over 3 repeats (results in outputs/demo_en_de/); then beam search, HF
 # assisted generation and CTranslate2 against greedy (outputs/demo_en_de_peers/); then greedy and speculative
-# decoding again with the verifier in bfloat16 (outputs/demo_en_de_bf16/); then the pair
-# against the previous one (git tag demo-v1) on the same rows, with CTranslate2 on the pair whose layout it converts,
-# and their BLEU on the 100 validation rows the settings are tuned on (outputs/demo_pairs/)
+# decoding again with the verifier in bfloat16 (outputs/demo_en_de_bf16/); then the pair against the previous one
+# (git tag demo-v1) on the same rows, with CTranslate2 on the pair whose layout it converts, and their BLEU on the 100
+# validation rows the settings are tuned on (outputs/demo_pairs/)
 demo: setup
 	$(PY) evaluate.py --config configs/eval/demo_en_de.yaml
 	$(PY) evaluate.py --config configs/eval/demo_en_de_peers.yaml

@@ -1,13 +1,13 @@
 """What `prepack_linear_layers` buys on CPU: single linear layers, then greedy and speculative decoding, both ways.
 
-First table: one linear layer of the demo pair's shapes (the verifier's 256 -> 256 attention, 256 -> 1024 and
-1024 -> 256 feed-forward, 256 -> 8,000 LM head; the drafter's 768 -> 256 state projection and 256 -> 4,096 head) over
-1, 2, 5 and 9 rows (a greedy step, a verification of k = 1, 4, 8), as `nn.Linear` and prepacked, per dtype, median
-of interleaved rounds, each layer alone (its weight warm in the caches, unlike inside a decoding). Second table:
-greedy `generate()` and speculative β=1 on the held-out sentences, with the plain models, with every linear layer of
+First tables, one per dtype: one linear layer of the demo pair's shapes (the verifier's 256 -> 256 attention,
+256 -> 1024 and 1024 -> 256 feed-forward, 256 -> 8,000 LM head; the drafter's 768 -> 256 state projection and
+256 -> 4,096 head) over 1, 2, 5 and 9 rows (a greedy step, a verification of k = 1, 4, 8), as `nn.Linear` and
+prepacked, median of interleaved rounds, each layer alone (its weight warm in the caches, unlike inside a decoding).
+Then greedy `generate()` and speculative β=1 on the held-out sentences, with the plain models, with every linear layer of
 both models prepacked, and with both prepacked where measured faster (`prepack_where_faster`; separate instances of
 the same checkpoints), the six runs interleaved per sentence in a rotating order; each speed-up is taken within a
-repeat; identical outputs are counted. The third table sets every run against plain greedy, the baseline a user
+repeat; identical outputs are counted. The table after it sets every run against plain greedy, the baseline a user
 without this module has.
 
     python benchmarks/bench_prepacked_linear.py --dtype float32 --threads 2

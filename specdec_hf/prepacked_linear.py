@@ -2,9 +2,11 @@
 
 On CPU, PyTorch runs a float32 `nn.Linear` through the BLAS library it was built with (MKL in the x86 wheels) and a
 bfloat16 one through oneDNN, which lays the weight out for its kernel on every call. Decoding feeds a handful of rows
-at a time, where that matters: on a weight reordered once, oneDNN's cost barely grows from one row to the k + 1 rows
-of a verification, where the BLAS kernel's grows with the rows (measured with `benchmarks/bench_prepacked_linear.py`;
-figures in docs/RESULTS.md). Intel's extension for PyTorch (`ipex.optimize`) and torch.compile's
+at a time, where that matters: on a weight reordered once, oneDNN's cost can barely grow from one row to the k + 1
+rows of a verification, where the BLAS kernel's grows with the rows. Whether it pays depends on the CPU: on some,
+each oneDNN call carries a fixed cost that makes small layers slower than PyTorch's own kernel, and prepacking every
+layer slows greedy decoding (`benchmarks/bench_prepacked_linear.py`; figures in docs/RESULTS.md).
+`prepack_where_faster` (linear_kernel_selection.py) keeps only the layers and row counts where it is measured faster. Intel's extension for PyTorch (`ipex.optimize`) and torch.compile's
 CPU freezing pass prepack weights too; this module does only that, with oneDNN operators PyTorch ships
 (`torch.ops.mkldnn`, private to PyTorch: resolved lazily and only where oneDNN is built in), for models run eagerly
 by `generate()`.
@@ -15,9 +17,9 @@ a real layer, every layer runs `nn.Linear`'s own computation from then on, with 
 
 `prepack_linear_layers(model)` is a call the user makes on their own model; nothing here changes a model otherwise.
 It turns each plain `nn.Linear` into a `PrepackedLinear` in place (its class only: parameters, hooks, state dict,
-saving and tied weights unchanged). Results match `nn.Linear`'s up to summation order: in float32 about 1e-6 apart; in bfloat16 they
-were bitwise equal on the project's CPU. Greedy decoding gains from it too, so compare it with speculative decoding on
-models prepacked alike.
+saving and tied weights unchanged). Results match `nn.Linear`'s up to summation order: in float32 about 1e-6 apart;
+in bfloat16 they were bitwise equal on the project's CPU. It changes greedy decoding's speed too, so compare
+speculative decoding with greedy decoding on models prepacked alike.
 """
 
 from __future__ import annotations
@@ -201,7 +203,7 @@ class PrepackedLinear(nn.Linear):
 
 
 def prepack_linear_layers(model: nn.Module) -> nn.Module:
-    """Turn every plain `nn.Linear` of `model` into a `PrepackedLinear`, in place, for faster small-batch CPU inference.
+    """Turn every plain `nn.Linear` of `model` into a `PrepackedLinear`, in place, for small-batch CPU inference.
 
     For models run on CPU in float32 or bfloat16 (the verifier and the drafter alike). Each layer keeps its identity:
     only its class changes (as `torch.nn.utils.parametrize` does), so parameters, hooks, attributes, shared layers,

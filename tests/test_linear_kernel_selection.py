@@ -95,6 +95,8 @@ def test_a_signature_that_never_wins_is_nn_linear_again(counted_onednn_calls):
 
 
 def test_only_wins_up_to_the_last_row_count_prepack():
+    if not _prepacked_here(torch.float32):
+        pytest.skip("the oneDNN operators do not run float32 here")
     """A win at 2 rows between losses does not prepack small calls: only wins at every larger count do."""
     choices = prepack_where_faster(_model(), rows=ROWS, measure=_fake_measure({2, 9}))
     assert [choice.min_rows for choice in choices] == [9, 9]
