@@ -280,6 +280,10 @@ def compare(args: argparse.Namespace, command: str) -> dict[str, Any]:
     print(table)
     (output_dir / "pairs.md").write_text(table, encoding="utf-8")
     pairs = {name: {"given": spec, "directory": str(directories[name])} for name, spec in args.pair}
+    for row in rows:  # the kernel chosen per linear layer signature of each pair's models (`--prepack_linear`)
+        pairs[row.pair]["linear_kernels"] = {
+            role: [choice.to_dict() for choice in choices] for role, choices in row.models.kernel_choices.items()
+        }
     record = {"header": header, "machine": machine, "pairs": pairs, "rows": results, "skipped_rows": skipped}
     write_json_atomic(output_dir / "pairs.json", record)
     return record

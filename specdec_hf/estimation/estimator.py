@@ -135,4 +135,7 @@ def estimate_shape(
         "curve_at_best_k": curve,
         "validation": validation,
         "calibration_mismatches": mismatches,
+        "linear_kernels": {
+            role: [choice.to_dict() for choice in choices] for role, choices in models.kernel_choices.items()
+        },
     }

@@ -18,7 +18,7 @@ from transformers import AutoModelForSeq2SeqLM, PretrainedConfig, PreTrainedMode
 from ..evaluation.interleaved import time_interleaved
 from ..evaluation.timing import ModuleTimer, TimedDrafter, median, timed
 from ..generation import speculative_generate
-from ..linear_kernel_selection import prepack_where_faster
+from ..linear_kernel_selection import KernelChoice, prepack_where_faster
 from ..models import SpecDrafterModel
 from ..models.verifier_conversion import decoder_hidden_state_count
 from .oracle import ProfileOracleDrafter
@@ -64,6 +64,8 @@ class ShapeModels:
     drafter: SpecDrafterModel
     sources: list[dict[str, torch.Tensor]]
     references: list[torch.LongTensor] = field(default_factory=list)
+    # with prepacking: the kernel chosen per linear layer signature of the verifier and of the drafter
+    kernel_choices: dict[str, list[KernelChoice]] = field(default_factory=dict)
 
     @property
     def parameters(self) -> int:
@@ -168,16 +170,16 @@ def build_shape_models(
     for key, value in getattr(config, "generation_overrides", {}).items():
         setattr(generation, key, value)
     drafter = recommended_drafter(verifier, max_draft_tokens, settings.drafter_overrides)
+    kernel_choices = {}
     if settings.prepack_linear and device.type == "cpu":
-        prepack_where_faster(verifier)
-        prepack_where_faster(drafter)
+        kernel_choices = {"verifier": prepack_where_faster(verifier), "drafter": prepack_where_faster(drafter)}
     generator = torch.Generator().manual_seed(settings.seed)
     low, high = 3, max(4, min(config.vocab_size, 32000) - 1)  # ordinary pieces, not special ids
     sources = []
     for _ in range(settings.sentences):
         input_ids = torch.randint(low, high, (1, settings.source_length), generator=generator).to(device)
         sources.append({"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)})
-    return ShapeModels(name, verifier, drafter, sources)
+    return ShapeModels(name, verifier, drafter, sources, kernel_choices=kernel_choices)
 
 
 def _greedy_kwargs(settings: MeasurementSettings) -> dict:

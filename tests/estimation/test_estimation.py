@@ -189,6 +189,7 @@ def test_estimate_shape_returns_costs_grid_and_validation(tiny_dir):
         str(tiny_dir), AcceptanceProfile((0.8, 0.6)), [2, 4], [2.0, 3.0], SETTINGS, log=lambda line: None
     )
     assert set(result["costs"]) == {2, 4} and result["best_k"] in (2, 4)
+    assert set(result["linear_kernels"]) == {"verifier", "drafter"}  # prepacked where measured faster, recorded
     assert set(result["grid"][2]) == {"2.0", "3.0"} and set(result["grid"][4]) == {"2.0", "3.0", "5.0"}
     assert all(value > 0 for row in result["grid"].values() for value in row.values())
     # more accepted tokens per iteration at the same k can only help

@@ -120,7 +120,11 @@ def test_every_row_in_one_table_timed_in_one_interleave_call(run):
     assert json.loads((output_dir / "pairs.json").read_text())["rows"].keys() == record["rows"].keys()
     # the tag's models/demo-en-de, extracted with its path stripped
     assert (output_dir / "pairs" / "v1" / "verifier" / "config.json").is_file()
-    assert record["pairs"]["v1"] == {"given": "git:demo-v1", "directory": str(output_dir / "pairs" / "v1")}
+    v1 = record["pairs"]["v1"]
+    assert (v1["given"], v1["directory"]) == ("git:demo-v1", str(output_dir / "pairs" / "v1"))
+    # prepacked where measured faster (the default): each pair's kernel choices, per model, in pairs.json
+    assert set(v1["linear_kernels"]) == {"verifier", "drafter 0"}
+    assert all(choice["num_layers"] >= 1 for choice in v1["linear_kernels"]["verifier"])
 
 
 def test_exact_speculative_rows_are_their_own_greedy(run):
