@@ -47,6 +47,7 @@ from specdec_hf.evaluation.preflight import check_models, check_pairs
 from specdec_hf.evaluation.strategies import Strategy, generation_kwargs, parse_strategy
 from specdec_hf.evaluation.timing import timed
 from specdec_hf.files import write_json_atomic
+from specdec_hf.linear_kernel_selection import kernel_choices_to_json
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_DIR = "models/demo-en-de"
@@ -281,9 +282,7 @@ def compare(args: argparse.Namespace, command: str) -> dict[str, Any]:
     (output_dir / "pairs.md").write_text(table, encoding="utf-8")
     pairs = {name: {"given": spec, "directory": str(directories[name])} for name, spec in args.pair}
     for row in rows:  # the kernel chosen per linear layer signature of each pair's models (`--prepack_linear`)
-        pairs[row.pair]["linear_kernels"] = {
-            role: [choice.to_dict() for choice in choices] for role, choices in row.models.kernel_choices.items()
-        }
+        pairs[row.pair]["linear_kernels"] = kernel_choices_to_json(row.models.kernel_choices)
     record = {"header": header, "machine": machine, "pairs": pairs, "rows": results, "skipped_rows": skipped}
     write_json_atomic(output_dir / "pairs.json", record)
     return record

@@ -25,7 +25,7 @@ from torch import nn
 
 from .prepacked_linear import PrepackedLinear, _onednn_operators, prepack_linear_layers
 
-__all__ = ["DEFAULT_ROWS", "KernelChoice", "prepack_where_faster"]
+__all__ = ["DEFAULT_ROWS", "KernelChoice", "kernel_choices_to_json", "prepack_where_faster"]
 
 # a greedy step, verifications of k = 1, 4 and 8, and batched calls (the rows of every call are batch x positions)
 DEFAULT_ROWS = (1, 2, 5, 9, 16, 32)
@@ -80,6 +80,11 @@ class KernelChoice:
             "prepacked_us": [round(seconds * 1e6, 2) for seconds in self.prepacked_seconds],
             "min_rows": self.min_rows,
         }
+
+
+def kernel_choices_to_json(choices_by_model: dict[str, list[KernelChoice]]) -> dict[str, list[dict]]:
+    """`{model name: [KernelChoice.to_dict(), ...]}`: the choices of several models, for a results file."""
+    return {name: [choice.to_dict() for choice in choices] for name, choices in choices_by_model.items()}
 
 
 def prepack_where_faster(
@@ -145,7 +150,6 @@ def _measure_signature(
     with torch.inference_mode():  # as evaluate.py decodes
         if operators is None or not layer._takes_prepacked_path(sample, layer.weight, layer.bias, operators.dtypes):
             return (), (), None
-        layer.min_rows = 1  # measured on every row count, also when a previous choice set it higher
         seconds = [measure(layer, count) for count in rows]
     if _onednn_operators() is None:  # an operator failed on a real call meanwhile: every layer falls back now
         return (), (), None

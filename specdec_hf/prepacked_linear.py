@@ -6,10 +6,10 @@ at a time, where that matters: on a weight reordered once, oneDNN's cost can bar
 rows of a verification, where the BLAS kernel's grows with the rows. Whether it pays depends on the CPU: on some,
 each oneDNN call carries a fixed cost that makes small layers slower than PyTorch's own kernel, and prepacking every
 layer slows greedy decoding (`benchmarks/bench_prepacked_linear.py`; figures in docs/RESULTS.md).
-`prepack_where_faster` (linear_kernel_selection.py) keeps only the layers and row counts where it is measured faster. Intel's extension for PyTorch (`ipex.optimize`) and torch.compile's
-CPU freezing pass prepack weights too; this module does only that, with oneDNN operators PyTorch ships
-(`torch.ops.mkldnn`, private to PyTorch: resolved lazily and only where oneDNN is built in), for models run eagerly
-by `generate()`.
+`prepack_where_faster` (linear_kernel_selection.py) keeps only the layers and row counts where it is measured faster.
+Intel's extension for PyTorch (`ipex.optimize`) and torch.compile's CPU freezing pass prepack weights too; this
+module does only that, with oneDNN operators PyTorch ships (`torch.ops.mkldnn`, private to PyTorch: resolved lazily
+and only where oneDNN is built in), for models run eagerly by `generate()`.
 
 Those operators exist for Inductor and carry no compatibility promise, so they are looked up and tried once, on a
 tiny layer, before any layer uses them (`_onednn_operators`): if one is missing, renamed or fails, or fails later on
@@ -124,7 +124,6 @@ class PrepackedLinear(nn.Linear):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.min_rows = 1
         self.reset_packed()
 
     @classmethod
@@ -242,9 +241,8 @@ def prepack_linear_layers(model: nn.Module) -> nn.Module:
             )
     for _, layer in layers:
         layer.__class__ = PrepackedLinear
-        layer.min_rows = 1
         layer.reset_packed()
-    for module in model.modules():  # prepacked before, perhaps only from some row count on (`prepack_where_faster`)
+    for module in model.modules():  # every row count, also where `prepack_where_faster` chose fewer before
         if type(module) is PrepackedLinear:
             module.min_rows = 1
     return model

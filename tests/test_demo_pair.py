@@ -116,6 +116,10 @@ def test_main_job_bfloat16_pass_runs_on_a_few_held_out_rows(tmp_path, monkeypatc
     for choice in kernels["verifier"]:
         assert choice["dtype"] == "bfloat16" and choice["num_layers"] >= 1
         assert choice["min_rows"] is None or choice["min_rows"] in choice["rows"]
+    # every linear layer of the verifier is counted under exactly one signature
+    verifier = AutoModelForSeq2SeqLM.from_pretrained(DEMO / "verifier")
+    linears = sum(isinstance(module, torch.nn.Linear) for module in verifier.modules())
+    assert sum(choice["num_layers"] for choice in kernels["verifier"]) == linears
     strategies = data["strategies"]
     assert "greedy" in strategies and any(name.startswith("spec_k4_b1") for name in strategies)
     for name in strategies:

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..evaluation.interleaved import paired_speedups, spread
 from ..evaluation.timing import median
+from ..linear_kernel_selection import kernel_choices_to_json
 from .measurement import (
     IterationCost,
     MeasurementSettings,
@@ -135,7 +136,5 @@ def estimate_shape(
         "curve_at_best_k": curve,
         "validation": validation,
         "calibration_mismatches": mismatches,
-        "linear_kernels": {
-            role: [choice.to_dict() for choice in choices] for role, choices in models.kernel_choices.items()
-        },
+        "linear_kernels": kernel_choices_to_json(models.kernel_choices),
     }

@@ -13,6 +13,7 @@ import torch
 
 from ..data.loading import DataArguments
 from ..generation import as_drafter
+from ..linear_kernel_selection import kernel_choices_to_json
 from .arguments import EvaluationArguments
 from .execution import StrategyRun
 from .interleaved import spread, timing_summary
@@ -146,9 +147,7 @@ def models_section(args: EvaluationArguments, models: EvaluationModels) -> dict[
         ],
         "assistant_model": args.assistant_model if models.assistant is not None else None,
         # with `prepack_linear`: per model, each linear layer signature's kernel as measured on this machine
-        "linear_kernels": {
-            role: [choice.to_dict() for choice in choices] for role, choices in models.kernel_choices.items()
-        },
+        "linear_kernels": kernel_choices_to_json(models.kernel_choices),
     }
 
 
