@@ -127,6 +127,11 @@ class SpecDrafterAdapter(Drafter):
         self.verifier_state_layers = config.verifier_state_layers
         self.causal_prefix = config.prefix_attention == "causal"
         self.head_ids = model.draft_vocab_ids
+        self.chain_rows = None  # verifier id -> row of the draft chain's token table
+        if model.draft_chain is not None:
+            self.chain_rows = model.draft_chain_rows(
+                torch.arange(config.vocab_size, device=model.shared.weight.device)
+            )
 
     @torch.no_grad()
     def init_drafting_state(
@@ -191,7 +196,8 @@ class SpecDrafterAdapter(Drafter):
         num_draft_tokens: int,
         verifier_states: torch.FloatTensor | None = None,
     ) -> DraftProposal:
-        """Draft the next `num_draft_tokens` tokens of every row in one decoder pass.
+        """Draft the next `num_draft_tokens` tokens of every row in one decoder pass (then, for a drafter with a draft
+        chain, one small step per slot, each reading the previous slot's draft).
 
         With `prefix_attention="causal"` only the prefix tokens not cached yet are fed (per row, from the shared
         cache length to the row's length, right-padded), and the cache is advanced to the shortest row's length.
@@ -241,7 +247,11 @@ class SpecDrafterAdapter(Drafter):
             cache=cache,
             cache_length=cache_length,
         )
-        head_logits = model.head_logits(hidden_states).float()
+        first_rows = None
+        if self.chain_rows is not None:
+            last_tokens = prefix_ids.to(device).gather(1, (prefix_lengths - 1)[:, None]).squeeze(1)
+            first_rows = self.chain_rows[last_tokens]
+        head_logits = model.slot_logits(hidden_states, first_rows).float()
         if causal:
             # positions below the shortest prefix are committed in every row: keep them, the rest is scratch
             state = replace(state, prefix_key_values=cache, cache_length=min_length)

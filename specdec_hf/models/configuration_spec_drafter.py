@@ -124,6 +124,11 @@ class SpecDrafterConfig(PretrainedConfig):
             Reduced-vocabulary LM head (FR-Spec, Zhao et al. 2025, arXiv 2502.14856): the head scores only this many
             verifier ids (the most frequent target tokens of the training data, stored in the `draft_vocab_ids`
             buffer) and drafts are mapped back to verifier ids. `None` (default): the full vocabulary.
+        draft_chain_dim (`int`, *optional*):
+            Width of the draft chain ([`SpecDrafterDraftChain`]; Hydra, Ankner et al. 2024, arXiv 2402.05109): each
+            mask slot reads the token before it (the previous slot's draft) in a small residual step between the
+            decoder and the LM head, so the slots are drafted one after the other after the decoder's single pass.
+            `None` (default): the slots draft independently.
 
     Example:
 
@@ -176,6 +181,7 @@ class SpecDrafterConfig(PretrainedConfig):
     tie_word_embeddings: bool = True
     verifier_state_layers: list[int] | None = None
     draft_vocab_size: int | None = None
+    draft_chain_dim: int | None = None
 
     def __post_init__(self, **kwargs):
         for old, new in LEGACY_FIELD_NAMES.items():
@@ -207,6 +213,11 @@ class SpecDrafterConfig(PretrainedConfig):
                     "`draft_vocab_size` needs `tie_word_embeddings=False`: a reduced head has its own rows "
                     "(`SpecDrafterModel.from_verifier(..., draft_vocab_ids=...)` sets both)."
                 )
+        if self.draft_chain_dim is not None and self.draft_chain_dim < 1:
+            raise ValueError(
+                f"`draft_chain_dim` must be at least 1, or None for slots that draft independently; got "
+                f"{self.draft_chain_dim}."
+            )
         if self.max_draft_tokens < 1:
             raise ValueError(f"`max_draft_tokens` must be at least 1, got {self.max_draft_tokens}.")
         if self.num_draft_tokens is not None and not 1 <= self.num_draft_tokens <= self.max_draft_tokens:

@@ -33,7 +33,12 @@ from transformers.utils import ModelOutput
 
 from ..model_files import load_pretrained
 from .configuration_spec_drafter import SpecDrafterConfig
-from .layers_spec_drafter import SpecDrafterDecoderLayer, SpecDrafterEncoder, SpecDrafterSinusoidalPositionalEmbedding
+from .layers_spec_drafter import (
+    SpecDrafterDecoderLayer,
+    SpecDrafterDraftChain,
+    SpecDrafterEncoder,
+    SpecDrafterSinusoidalPositionalEmbedding,
+)
 from .split_attention import every_split_attention_mask
 from .verifier_conversion import build_transformers_encoder, copy_verifier_weights, drafter_config_from_verifier
 
@@ -273,6 +278,12 @@ class SpecDrafterPreTrainedModel(PreTrainedModel):
     _keys_to_ignore_on_load_missing = ["final_logits_bias"]
 
     def _init_weights(self, module: nn.Module):
+        chain = getattr(self, "draft_chain", None)
+        if chain is not None and module is chain.out_proj:
+            # a chain starts as the identity: added to a trained drafter, it drafts what the drafter drafted
+            init.zeros_(module.weight)
+            init.zeros_(module.bias)
+            return
         if isinstance(module, SpecDrafterSinusoidalPositionalEmbedding):
             init.copy_(module.weight, module.create_weight())
         else:
@@ -323,6 +334,7 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel):
             self.feature_proj = nn.Linear(feature_width, config.d_model)
 
         self.decoder = SpecDrafterDecoder(config)
+        self.draft_chain = None if config.draft_chain_dim is None else SpecDrafterDraftChain(config)
         head_size = config.draft_vocab_size or config.vocab_size
         self.lm_head = nn.Linear(config.d_model, head_size, bias=False)
         self.register_buffer("final_logits_bias", torch.zeros(1, head_size))
@@ -450,6 +462,47 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel):
         # through the module, not F.linear on its weight: its hooks, a bias or a prepacked kernel apply
         return self.lm_head(hidden_states) + self.final_logits_bias
 
+    def draft_chain_rows(self, token_ids: torch.LongTensor) -> torch.LongTensor:
+        """Verifier ids (and -100) -> rows of the draft chain's token table: the LM head's row of each id, the table's
+        last row for ids outside a reduced head (and -100)."""
+        rows = self.to_draft_vocab(token_ids)
+        return torch.where(rows >= 0, rows, self.draft_chain.token_embedding.num_embeddings - 1)
+
+    def slot_logits(
+        self,
+        slot_states: torch.Tensor,
+        first_rows: torch.LongTensor | None = None,
+        labels: torch.LongTensor | None = None,
+    ) -> torch.FloatTensor:
+        """LM head scores of the mask slots, through the draft chain when the drafter has one.
+
+        Args:
+            slot_states (`torch.FloatTensor` of shape `(..., num_draft_tokens, d_model)`): The decoder's slot states.
+            first_rows (`torch.LongTensor` of shape `(...)`, *optional*): The token before the first slot (the
+                prefix's last token) as a row of the chain's table (`draft_chain_rows`); needed with a chain.
+            labels (`torch.LongTensor` of shape `(..., num_draft_tokens)`, *optional*): The true tokens (verifier
+                ids, -100 ignored): each slot reads the true token before it (training). Without them each slot
+                reads the previous slot's draft, the argmax of its scores (drafting), slot after slot.
+
+        Returns:
+            `torch.FloatTensor` of shape `(..., num_draft_tokens, head_size)`.
+        """
+        chain = self.draft_chain
+        if chain is None:
+            return self.head_logits(slot_states)
+        if first_rows is None:
+            raise ValueError("A drafter with a draft chain needs `first_rows`: the prefix's last token of each row.")
+        if labels is not None:
+            rows = torch.cat([first_rows[..., None], self.draft_chain_rows(labels[..., :-1])], dim=-1)
+            return self.head_logits(chain(slot_states, rows))
+        projected_states = chain.state_proj(slot_states)
+        logits, rows = [], first_rows
+        for slot in range(slot_states.shape[-2]):
+            step = self.head_logits(chain(slot_states[..., slot, :], rows, projected_states[..., slot, :]))
+            logits.append(step)
+            rows = step.argmax(dim=-1)  # a row of the head is a row of the chain's table
+        return torch.stack(logits, dim=-2)
+
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -480,7 +533,9 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel):
                 1 for prefix tokens, 0 for padding (right padding only). `None` means no padding.
             num_draft_tokens (`int`, *optional*): Number of mask slots k (defaults to `config.max_draft_tokens`).
             labels (`torch.LongTensor` of shape `(batch_size, num_draft_tokens)`, *optional*):
-                The next k tokens after each prefix; -100 marks ignored positions (e.g. past EOS).
+                The next k tokens after each prefix; -100 marks ignored positions (e.g. past EOS). With a draft chain
+                (`config.draft_chain_dim`) each slot also reads the true token before it (teacher forcing), so the
+                `logits` are those given the labels; without labels each slot reads the previous slot's argmax.
             label_smoothing (`float`, *optional*, defaults to 0.0): Label smoothing of the cross-entropy.
             glance_ids (`torch.LongTensor` of shape `(batch_size, num_draft_tokens)`, *optional*):
                 Glancing training (GLAT, as in the paper's §3.1): target tokens revealed to their mask slots; -100
@@ -550,7 +605,14 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel):
                 glance_embeds=None if glance_ids is None else glance_embeds.flatten(1, 2),
                 glance_mask=None if glance_ids is None else (glance_ids >= 0).flatten(1, 2),
             ).unflatten(1, (split_lengths.shape[0], num_draft_tokens))
-        logits = self.head_logits(hidden_states)
+        first_rows = None
+        if self.draft_chain is not None:
+            if split_lengths is None:
+                last_tokens = decoder_input_ids.gather(1, (prefix_lengths - 1)[:, None]).squeeze(1)  # (B,)
+            else:
+                last_tokens = decoder_input_ids[:, split_lengths - 1]  # (B, S)
+            first_rows = self.draft_chain_rows(last_tokens)
+        logits = self.slot_logits(hidden_states, first_rows, labels)
 
         loss = None
         if labels is not None:

@@ -113,6 +113,8 @@ def write_model_card(
         reads += f", reads the verifier's decoder states of layers {config.verifier_state_layers} (EAGLE-style)"
     if config.draft_vocab_size:
         reads += f", LM head over the {config.draft_vocab_size} most frequent target tokens"
+    if config.draft_chain_dim:
+        reads += f", a draft chain of width {config.draft_chain_dim} (each slot reads the token drafted before it)"
     text = f"""# Spec-Drafter for `{verifier_name}`
 
 A non-autoregressive drafter for Speculative Decoding (Xia et al., 2023, arXiv 2203.16487): it proposes up to

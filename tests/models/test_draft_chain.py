@@ -1,0 +1,155 @@
+"""The draft chain (`draft_chain_dim`): each mask slot reads the token before it, the true one in training and the
+previous slot's draft when drafting; a new chain drafts what the drafter drafted; β=1 stays exact with it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import VOCAB_SIZE, build_verifier, load_repository_script, make_source_batch
+from tiny_drafters import ATOL, NUM_DRAFT_TOKENS, propose_fresh, random_prefixes, tiny_config, tiny_drafter
+
+from specdec_hf import SpecDrafterModel, speculative_generate
+
+HEAD_IDS = list(range(0, VOCAB_SIZE, 3))  # a reduced head: every third id
+
+
+def _chained(seed: int = 0, **overrides) -> SpecDrafterModel:
+    """A tiny causal drafter whose chain is not the identity (its output projection is random, not zero)."""
+    drafter = tiny_drafter(seed, prefix_attention="causal", draft_chain_dim=8, **overrides)
+    with torch.no_grad():
+        drafter.draft_chain.out_proj.weight.normal_(std=0.5)
+    return drafter
+
+
+def _reduced(drafter: SpecDrafterModel) -> SpecDrafterModel:
+    with torch.no_grad():
+        drafter.draft_vocab_ids.copy_(torch.tensor(HEAD_IDS))
+    return drafter
+
+
+def test_draft_chain_dim_must_be_positive():
+    with pytest.raises(ValueError, match="draft_chain_dim"):
+        tiny_config(draft_chain_dim=0)
+
+
+def test_a_new_chain_drafts_what_the_drafter_drafted():
+    add_draft_chain = load_repository_script("scripts/add_draft_chain.py", "add_draft_chain").add_draft_chain
+    drafter = tiny_drafter(prefix_attention="causal")
+    chained = add_draft_chain(drafter, 8)
+    assert chained.config.draft_chain_dim == 8 and torch.count_nonzero(chained.draft_chain.out_proj.weight) == 0
+    source = make_source_batch(3)
+    lengths = [4, 1, 6]
+    prefix_ids = random_prefixes(lengths, width=7)
+    expected = propose_fresh(drafter, source, prefix_ids, lengths)
+    proposal = propose_fresh(chained, source, prefix_ids, lengths)
+    assert torch.equal(proposal.draft_ids, expected.draft_ids)
+    torch.testing.assert_close(proposal.draft_logits, expected.draft_logits, atol=ATOL, rtol=0)
+    with pytest.raises(ValueError, match="already has a draft chain"):
+        add_draft_chain(chained, 8)
+
+
+@pytest.mark.parametrize("reduced_head", [False, True])
+def test_teacher_forced_slots_read_the_labels_and_drafting_reads_the_drafts(reduced_head):
+    drafter = _chained(draft_vocab_size=len(HEAD_IDS), tie_word_embeddings=False) if reduced_head else _chained()
+    if reduced_head:
+        _reduced(drafter)
+    source = make_source_batch(2)
+    inputs = dict(**source, decoder_input_ids=random_prefixes([5, 5]))
+    drafted = drafter(**inputs).logits
+    drafts = drafter.from_draft_vocab(drafted.argmax(-1))
+    # fed its own drafts as the true tokens, every slot scores what it scored while drafting
+    torch.testing.assert_close(drafter(**inputs, labels=drafts).logits, drafted, atol=ATOL, rtol=0)
+    # other true tokens change every slot after the first (each reads the one before it), never the first
+    other = (drafts + 1 + torch.arange(NUM_DRAFT_TOKENS)) % VOCAB_SIZE
+    forced = drafter(**inputs, labels=other).logits
+    torch.testing.assert_close(forced[:, 0], drafted[:, 0], atol=ATOL, rtol=0)
+    assert not torch.allclose(forced[:, 1:], drafted[:, 1:], atol=1e-3)
+
+
+def test_chain_rows_put_tokens_outside_a_reduced_head_on_the_last_row():
+    drafter = _reduced(_chained(draft_vocab_size=len(HEAD_IDS), tie_word_embeddings=False))
+    rows = drafter.draft_chain_rows(torch.tensor([0, 3, 4, -100, 96]))
+    last = len(HEAD_IDS)
+    assert rows.tolist() == [0, 1, last, last, 32]
+    assert drafter.draft_chain.token_embedding.num_embeddings == last + 1
+
+
+@pytest.mark.parametrize("reduced_head", [False, True])
+def test_propose_on_a_ragged_batch_matches_forward(reduced_head):
+    drafter = _chained(draft_vocab_size=len(HEAD_IDS), tie_word_embeddings=False) if reduced_head else _chained()
+    if reduced_head:
+        _reduced(drafter)
+    source = make_source_batch(3)
+    lengths = [5, 2, 3]
+    prefix_ids = random_prefixes(lengths)
+    proposal = propose_fresh(drafter, source, prefix_ids, lengths)
+    output = drafter(**source, decoder_input_ids=prefix_ids, decoder_attention_mask=(prefix_ids != 1).long())
+    scores = proposal.head_logits if reduced_head else proposal.draft_logits
+    torch.testing.assert_close(scores, output.logits.float(), atol=ATOL, rtol=0)
+    assert torch.equal(proposal.draft_ids, drafter.from_draft_vocab(output.logits.argmax(-1)))
+    # each row alone drafts what it drafts in the batch: the first slot reads its own row's last token
+    for row, length in enumerate(lengths):
+        source_length = int(source["attention_mask"][row].sum())
+        single_source = {name: value[row : row + 1, :source_length] for name, value in source.items()}
+        single = propose_fresh(drafter, single_source, prefix_ids[row : row + 1, :length], [length])
+        assert torch.equal(single.draft_ids, proposal.draft_ids[row : row + 1])
+
+
+def test_saved_chain_loads_and_drafts_identically(tmp_path):
+    drafter = _chained()
+    drafter.save_pretrained(tmp_path)
+    loaded, info = SpecDrafterModel.from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    assert loaded.config.draft_chain_dim == 8
+    source = make_source_batch(2)
+    prefix_ids = random_prefixes([3, 5])
+    expected = propose_fresh(drafter, source, prefix_ids, [3, 5])
+    torch.testing.assert_close(
+        propose_fresh(loaded.eval(), source, prefix_ids, [3, 5]).draft_logits, expected.draft_logits
+    )
+
+
+def test_a_new_chain_gets_gradient_and_training_moves_it():
+    drafter = tiny_drafter(prefix_attention="causal", draft_chain_dim=8).train()
+    source = make_source_batch(2)
+    inputs = dict(**source, decoder_input_ids=random_prefixes([3, 4]), labels=torch.randint(4, VOCAB_SIZE, (2, 4)))
+    drafter(**inputs).loss.backward()
+    # the output projection starts at zero, so it alone gets gradient at first; the rest follows once it moves
+    assert drafter.draft_chain.out_proj.weight.grad.abs().sum() > 0
+    optimizer = torch.optim.SGD(drafter.draft_chain.parameters(), lr=0.5)
+    optimizer.step()
+    optimizer.zero_grad()
+    drafter(**inputs).loss.backward()
+    assert drafter.draft_chain.token_embedding.weight.grad.abs().sum() > 0
+    assert drafter.draft_chain.state_proj.weight.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("batch_size", [1, 4])
+@pytest.mark.parametrize("num_draft_tokens", [1, 4])
+def test_chained_drafter_keeps_beta_one_equal_to_greedy(family, batch_size, num_draft_tokens):
+    model = build_verifier(family)
+    inputs = make_source_batch(batch_size, seed=2, pad_token_id=model.config.pad_token_id)
+    reference = model.generate(**inputs, do_sample=False, num_beams=1, max_new_tokens=14)
+    torch.manual_seed(0)
+    drafter = SpecDrafterModel.from_verifier(
+        model,
+        max_draft_tokens=4,
+        decoder_layers=1,
+        prefix_attention="causal",
+        verifier_state_layers=[1, -1],
+        use_verifier_encoder=True,
+        draft_vocab_ids=HEAD_IDS,
+        draft_chain_dim=8,
+    ).eval()
+    with torch.no_grad():
+        drafter.draft_chain.out_proj.weight.normal_(std=0.5)
+    output = model.generate(
+        **inputs,
+        do_sample=False,
+        num_beams=1,
+        max_new_tokens=14,
+        custom_generate=speculative_generate,
+        drafter=drafter,
+        num_draft_tokens=num_draft_tokens,
+    )
+    assert torch.equal(output, reference)
