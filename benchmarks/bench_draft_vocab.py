@@ -35,6 +35,11 @@ def cut_head(drafter: SpecDrafterModel, size: int) -> SpecDrafterModel:
     cut.lm_head.weight = torch.nn.Parameter(drafter.lm_head.weight[:size].clone())
     cut.final_logits_bias = drafter.final_logits_bias[:, :size].clone()
     cut.draft_vocab_ids = drafter.draft_vocab_ids[:size].clone()
+    if drafter.draft_chain is not None:  # the chain's table: a row per head row, then the row for any other token
+        table = drafter.draft_chain.token_embedding.weight
+        cut.draft_chain.token_embedding = torch.nn.Embedding.from_pretrained(
+            torch.cat([table[:size], table[-1:]]).detach().clone(), freeze=False
+        )
     return cut
 
 

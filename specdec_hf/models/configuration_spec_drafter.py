@@ -128,7 +128,10 @@ class SpecDrafterConfig(PretrainedConfig):
             Width of the draft chain ([`SpecDrafterDraftChain`]; Hydra, Ankner et al. 2024, arXiv 2402.05109): each
             mask slot reads the token before it (the previous slot's draft) in a small residual step between the
             decoder and the LM head, so the slots are drafted one after the other after the decoder's single pass.
-            `None` (default): the slots draft independently.
+            Training feeds each slot the true token before it (the forward's `labels`). A slot reads the previous
+            slot's argmax, so with sampling (`do_sample=True`) a later slot's scores are given the argmax, not the
+            token drawn: the output keeps the verifier's distribution, acceptance gains less. `None` (default): the
+            slots draft independently.
 
     Example:
 

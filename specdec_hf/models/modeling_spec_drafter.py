@@ -52,7 +52,9 @@ class SpecDrafterOutput(ModelOutput):
         loss (`torch.FloatTensor` of shape `()`, *optional*, returned when `labels` is given):
             Cross-entropy of the k drafted positions against `labels` (positions labelled -100 ignored).
         logits (`torch.FloatTensor` of shape `(batch_size, num_draft_tokens, vocab_size)`):
-            Scores of the k mask slots; slot j predicts the token at position `prefix_length + j`.
+            Scores of the k mask slots; slot j predicts the token at position `prefix_length + j`. With a draft chain
+            (`config.draft_chain_dim`) and `labels`, each slot's scores are given the true token before it (teacher
+            forcing), so their argmax is not what drafting proposes; call without `labels` for drafting's scores.
         encoder_last_hidden_state (`torch.FloatTensor` of shape `(batch_size, source_length, hidden_size)`):
             The encoder output the decoder attended to (the verifier's, unprojected, with `use_verifier_encoder`);
             pass it back as `encoder_hidden_states` to skip the encoder.
@@ -465,6 +467,8 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel):
     def draft_chain_rows(self, token_ids: torch.LongTensor) -> torch.LongTensor:
         """Verifier ids (and -100) -> rows of the draft chain's token table: the LM head's row of each id, the table's
         last row for ids outside a reduced head (and -100)."""
+        if self.draft_chain is None:
+            raise ValueError("This drafter has no draft chain (`config.draft_chain_dim` is None): it has no chain rows.")
         rows = self.to_draft_vocab(token_ids)
         return torch.where(rows >= 0, rows, self.draft_chain.token_embedding.num_embeddings - 1)
 
@@ -612,7 +616,14 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel):
             else:
                 last_tokens = decoder_input_ids[:, split_lengths - 1]  # (B, S)
             first_rows = self.draft_chain_rows(last_tokens)
-        logits = self.slot_logits(hidden_states, first_rows, labels)
+            if labels is not None and labels.shape[-1] != num_draft_tokens:
+                raise ValueError(
+                    f"`labels` must hold the next {num_draft_tokens} tokens of each prefix (`num_draft_tokens`), got "
+                    f"{labels.shape[-1]}: the draft chain feeds each slot the true token before it."
+                )
+        # glancing marks the revealed slots' labels -100 (nothing to learn there), but a chain reads their true token
+        chain_ids = labels if glance_ids is None or labels is None else torch.where(glance_ids >= 0, glance_ids, labels)
+        logits = self.slot_logits(hidden_states, first_rows, chain_ids)
 
         loss = None
         if labels is not None:

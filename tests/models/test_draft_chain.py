@@ -36,7 +36,9 @@ def test_a_new_chain_drafts_what_the_drafter_drafted():
     add_draft_chain = load_repository_script("scripts/add_draft_chain.py", "add_draft_chain").add_draft_chain
     drafter = tiny_drafter(prefix_attention="causal")
     chained = add_draft_chain(drafter, 8)
-    assert chained.config.draft_chain_dim == 8 and torch.count_nonzero(chained.draft_chain.out_proj.weight) == 0
+    out_proj = chained.draft_chain.out_proj
+    assert chained.config.draft_chain_dim == 8
+    assert torch.count_nonzero(out_proj.weight) == torch.count_nonzero(out_proj.bias) == 0
     source = make_source_batch(3)
     lengths = [4, 1, 6]
     prefix_ids = random_prefixes(lengths, width=7)
@@ -95,6 +97,59 @@ def test_propose_on_a_ragged_batch_matches_forward(reduced_head):
         assert torch.equal(single.draft_ids, proposal.draft_ids[row : row + 1])
 
 
+def test_a_saved_drafter_loaded_with_a_chain_drafts_as_before(tmp_path):
+    """`from_pretrained(path, draft_chain_dim=...)` adds a chain as the identity too (its weights are missing)."""
+    drafter = tiny_drafter(prefix_attention="causal")
+    drafter.save_pretrained(tmp_path)
+    chained, info = SpecDrafterModel.from_pretrained(tmp_path, draft_chain_dim=8, output_loading_info=True)
+    assert info["missing_keys"] and all(name.startswith("draft_chain.") for name in info["missing_keys"])
+    assert torch.count_nonzero(chained.draft_chain.out_proj.weight) == 0
+    source = make_source_batch(2)
+    prefix_ids = random_prefixes([3, 5])
+    expected = propose_fresh(drafter, source, prefix_ids, [3, 5])
+    proposal = propose_fresh(chained.eval(), source, prefix_ids, [3, 5])
+    assert torch.equal(proposal.draft_ids, expected.draft_ids)
+
+
+def test_every_split_drafting_equals_one_call_per_split():
+    """The training forward's every-split pass without labels drafts after each split as a call with that prefix."""
+    drafter = _chained()
+    source = make_source_batch(2)
+    sequences = random_prefixes([9, 9])
+    splits = torch.tensor([1, 4, 9])
+    every = drafter(**source, decoder_input_ids=sequences, split_lengths=splits).logits  # (2, 3, k, vocab)
+    for index, length in enumerate(splits.tolist()):
+        one = drafter(**source, decoder_input_ids=sequences[:, :length]).logits
+        torch.testing.assert_close(every[:, index], one, atol=ATOL, rtol=0)
+
+
+def test_glancing_slots_feed_the_chain_their_true_token():
+    """Glancing reveals some slots' tokens and marks their labels -100; the slot after one still reads its token."""
+    drafter = _chained()
+    source = make_source_batch(2)
+    inputs = dict(**source, decoder_input_ids=random_prefixes([5, 5]))
+    labels = torch.randint(4, VOCAB_SIZE, (2, NUM_DRAFT_TOKENS), generator=torch.Generator().manual_seed(3))
+    glance_ids = torch.full_like(labels, -100)
+    glance_ids[:, 1] = labels[:, 1]  # slot 1 revealed: nothing to learn there
+    masked = labels.clone()
+    masked[:, 1] = -100
+    glanced = drafter(**inputs, glance_ids=glance_ids, labels=masked).logits
+    reading_all = drafter(**inputs, glance_ids=glance_ids, labels=labels).logits
+    torch.testing.assert_close(glanced, reading_all, atol=ATOL, rtol=0)
+
+
+def test_labels_of_another_width_are_refused():
+    drafter = _chained()
+    source = make_source_batch(2)
+    with pytest.raises(ValueError, match="num_draft_tokens"):
+        drafter(**source, decoder_input_ids=random_prefixes([5, 5]), labels=torch.randint(4, VOCAB_SIZE, (2, 3)))
+
+
+def test_chain_rows_of_a_drafter_without_a_chain_are_refused():
+    with pytest.raises(ValueError, match="draft_chain_dim"):
+        tiny_drafter().draft_chain_rows(torch.tensor([4]))
+
+
 def test_saved_chain_loads_and_drafts_identically(tmp_path):
     drafter = _chained()
     drafter.save_pretrained(tmp_path)
@@ -116,6 +171,8 @@ def test_a_new_chain_gets_gradient_and_training_moves_it():
     drafter(**inputs).loss.backward()
     # the output projection starts at zero, so it alone gets gradient at first; the rest follows once it moves
     assert drafter.draft_chain.out_proj.weight.grad.abs().sum() > 0
+    assert drafter.draft_chain.token_embedding.weight.grad.abs().sum() == 0
+    assert drafter.draft_chain.state_proj.weight.grad.abs().sum() == 0
     optimizer = torch.optim.SGD(drafter.draft_chain.parameters(), lr=0.5)
     optimizer.step()
     optimizer.zero_grad()
@@ -143,6 +200,8 @@ def test_chained_drafter_keeps_beta_one_equal_to_greedy(family, batch_size, num_
     ).eval()
     with torch.no_grad():
         drafter.draft_chain.out_proj.weight.normal_(std=0.5)
+    chain_steps = []
+    drafter.draft_chain.register_forward_hook(lambda module, args, output: chain_steps.append(args[1].shape))
     output = model.generate(
         **inputs,
         do_sample=False,
@@ -153,3 +212,20 @@ def test_chained_drafter_keeps_beta_one_equal_to_greedy(family, batch_size, num_
         num_draft_tokens=num_draft_tokens,
     )
     assert torch.equal(output, reference)
+    # drafting went through the chain, one step per drafted slot (k shrinks near the length limit)
+    assert len(chain_steps) >= num_draft_tokens
+
+
+def test_chained_drafter_samples():
+    """Sampling redraws each slot from its scores (given the previous slot's argmax); it runs and stays in range."""
+    model = build_verifier("bart")
+    drafter = SpecDrafterModel.from_verifier(
+        model, max_draft_tokens=4, decoder_layers=1, prefix_attention="causal", draft_chain_dim=8
+    ).eval()
+    inputs = make_source_batch(2, seed=2, pad_token_id=model.config.pad_token_id)
+    torch.manual_seed(0)
+    output = model.generate(
+        **inputs, do_sample=True, max_new_tokens=10, custom_generate=speculative_generate, drafter=drafter
+    )
+    assert output.shape[0] == 2 and 1 < output.shape[1] <= 11
+    assert int(output.min()) >= 0 and int(output.max()) < model.config.vocab_size
