@@ -38,7 +38,7 @@ def cut_head(drafter: SpecDrafterModel, size: int) -> SpecDrafterModel:
     if drafter.draft_chain is not None:  # the chain's table: a row per head row, then the row for any other token
         table = drafter.draft_chain.token_embedding.weight
         cut.draft_chain.token_embedding = torch.nn.Embedding.from_pretrained(
-            torch.cat([table[:size], table[-1:]]).detach().clone(), freeze=False
+            torch.cat([table[:size], table[-1:]]).detach(), freeze=False
         )
     return cut
 

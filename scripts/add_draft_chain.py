@@ -6,7 +6,8 @@
 The chain's output projection starts at zero, so the saved drafter drafts exactly what `--drafter` drafts until
 `train_drafter.py --drafter_name_or_path <output_dir>` trains it (every weight, the chain's included).
 `SpecDrafterModel.from_pretrained(path, draft_chain_dim=96)` gives the same model in memory (reporting the chain's
-weights as missing); this script also refuses a drafter that has a chain already and saves the result.
+weights as missing); this script also refuses a drafter that has a chain already and saves the result, in float32
+(the dtype training starts from, whatever the dtype `--drafter` was saved in).
 """
 
 from __future__ import annotations

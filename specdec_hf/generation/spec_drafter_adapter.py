@@ -249,8 +249,8 @@ class SpecDrafterAdapter(Drafter):
         )
         first_rows = None
         if self.chain_rows is not None:
-            last_tokens = prefix_ids.to(device).gather(1, (prefix_lengths - 1)[:, None]).squeeze(1)
-            first_rows = self.chain_rows[last_tokens]
+            last_index = (prefix_lengths - 1).to(prefix_ids.device)[:, None]
+            first_rows = self.chain_rows[prefix_ids.gather(1, last_index).squeeze(1).to(device)]
         head_logits = model.slot_logits(hidden_states, first_rows).float()
         if causal:
             # positions below the shortest prefix are committed in every row: keep them, the rest is scratch

@@ -241,7 +241,8 @@ class SpecDrafterDraftChain(nn.Module):
     The mask slots of one decoder pass cannot see each other's drafts, so a later slot guesses its token without
     knowing the one before it. A later draft only counts when every earlier one was accepted, i.e. equal to the
     verifier's token, so training feeds each slot the true previous token (teacher forcing) and drafting feeds the
-    previous draft: one small residual step per slot, `state + out_proj(act(state_proj(state) + token_embedding(row)))`.
+    previous draft: one small residual step per slot,
+    `state + out_proj(act(state_proj(state) + token_embedding(row)))`.
     Tokens are rows of the LM head (a draft is an argmax over them, so it needs no mapping), plus one last row for any
     token outside a reduced head. `out_proj` starts at zero, so a chain added to a trained drafter starts by drafting
     exactly as it did.

@@ -468,7 +468,9 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel):
         """Verifier ids (and -100) -> rows of the draft chain's token table: the LM head's row of each id, the table's
         last row for ids outside a reduced head (and -100)."""
         if self.draft_chain is None:
-            raise ValueError("This drafter has no draft chain (`config.draft_chain_dim` is None): it has no chain rows.")
+            raise ValueError(
+                "This drafter has no draft chain (`config.draft_chain_dim` is None): it has no chain rows."
+            )
         rows = self.to_draft_vocab(token_ids)
         return torch.where(rows >= 0, rows, self.draft_chain.token_embedding.num_embeddings - 1)
 
@@ -485,8 +487,9 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel):
             first_rows (`torch.LongTensor` of shape `(...)`, *optional*): The token before the first slot (the
                 prefix's last token) as a row of the chain's table (`draft_chain_rows`); needed with a chain.
             labels (`torch.LongTensor` of shape `(..., num_draft_tokens)`, *optional*): The true tokens (verifier
-                ids, -100 ignored): each slot reads the true token before it (training). Without them each slot
-                reads the previous slot's draft, the argmax of its scores (drafting), slot after slot.
+                ids; -100, past the end, reads the table's last row): each slot reads the true token before it
+                (training). Without them each slot reads the previous slot's draft, the argmax of its scores
+                (drafting), slot after slot.
 
         Returns:
             `torch.FloatTensor` of shape `(..., num_draft_tokens, head_size)`.
@@ -497,7 +500,8 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel):
         if first_rows is None:
             raise ValueError("A drafter with a draft chain needs `first_rows`: the prefix's last token of each row.")
         if labels is not None:
-            rows = torch.cat([first_rows[..., None], self.draft_chain_rows(labels[..., :-1])], dim=-1)
+            before = self.draft_chain_rows(labels[..., :-1].to(first_rows.device))
+            rows = torch.cat([first_rows[..., None], before], dim=-1)
             return self.head_logits(chain(slot_states, rows))
         projected_states = chain.state_proj(slot_states)
         logits, rows = [], first_rows
@@ -567,6 +571,11 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel):
         batch_size, prefix_length = decoder_input_ids.shape
         self.check_positions(prefix_length + num_draft_tokens)
         previous_states = None if verifier_states is None else self._shift_states(verifier_states)
+        if self.draft_chain is not None and labels is not None and labels.shape[-1] != num_draft_tokens:
+            raise ValueError(
+                f"`labels` must hold the next {num_draft_tokens} tokens of each prefix (`num_draft_tokens`), got "
+                f"{labels.shape[-1]}: the draft chain feeds each slot the true token before it."
+            )
 
         if encoder_hidden_states is None:
             encoder_hidden_states = self.encode(input_ids, attention_mask)
@@ -616,13 +625,10 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel):
             else:
                 last_tokens = decoder_input_ids[:, split_lengths - 1]  # (B, S)
             first_rows = self.draft_chain_rows(last_tokens)
-            if labels is not None and labels.shape[-1] != num_draft_tokens:
-                raise ValueError(
-                    f"`labels` must hold the next {num_draft_tokens} tokens of each prefix (`num_draft_tokens`), got "
-                    f"{labels.shape[-1]}: the draft chain feeds each slot the true token before it."
-                )
         # glancing marks the revealed slots' labels -100 (nothing to learn there), but a chain reads their true token
-        chain_ids = labels if glance_ids is None or labels is None else torch.where(glance_ids >= 0, glance_ids, labels)
+        chain_ids = (
+            labels if glance_ids is None or labels is None else torch.where(glance_ids >= 0, glance_ids, labels)
+        )
         logits = self.slot_logits(hidden_states, first_rows, chain_ids)
 
         loss = None

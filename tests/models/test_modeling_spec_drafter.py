@@ -139,8 +139,6 @@ def test_save_and_load_round_trip(tmp_path, overrides):
         torch.testing.assert_close(propose_fresh(model.eval(), source, prefix_ids, [3, 5]).draft_logits, expected)
 
 
-
-
 def test_config_reads_the_earlier_field_names(tmp_path):
     """A config saved before the names were unified loads its values under the current names, and saves those."""
     config = tiny_config(

@@ -18,6 +18,7 @@ from transformers import (
 
 from specdec_hf.models import SpecDrafterModel
 
+
 def _encoder_layers(encoder):
     return encoder.block if hasattr(encoder, "block") else encoder.layers
 
