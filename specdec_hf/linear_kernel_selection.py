@@ -131,7 +131,7 @@ def prepack_where_faster(
     for (in_features, out_features, bias, dtype), layers, plain, prepacked, min_rows in decided:
         for layer in layers:
             if min_rows is None:
-                _to_plain_linear(layer)
+                layer.to_linear()
             else:
                 layer.min_rows = min_rows
         choices.append(
@@ -169,14 +169,6 @@ def _first_of_winning_tail(
             break
         first = count
     return first
-
-
-def _to_plain_linear(layer: PrepackedLinear) -> None:
-    """Turn a `PrepackedLinear` back into the `nn.Linear` it was (its packed copy and attributes dropped)."""
-    layer.reset_packed()
-    for name in ("_packed", "_packed_source", "_packed_key", "min_rows"):
-        layer.__dict__.pop(name, None)
-    layer.__class__ = nn.Linear
 
 
 def _time_both_kernels(layer: PrepackedLinear, rows: int, rounds: int = 7, calls: int = 10) -> tuple[float, float]:

@@ -134,6 +134,13 @@ class PrepackedLinear(nn.Linear):
         layer.bias = linear.bias
         return layer.train(linear.training)
 
+    def to_linear(self) -> None:
+        """Turn this layer back into the plain `nn.Linear` it was, in place: same object, parameters and hooks; its
+        packed copy and `min_rows` dropped."""
+        for name in ("_packed", "_packed_source", "_packed_key", "min_rows"):
+            self.__dict__.pop(name, None)
+        self.__class__ = nn.Linear
+
     def reset_packed(self) -> None:
         """Drop the packed copy; the next call makes a new one from the current weight."""
         self._packed: torch.Tensor | None = None

@@ -618,18 +618,18 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel):
                 glance_embeds=None if glance_ids is None else glance_embeds.flatten(1, 2),
                 glance_mask=None if glance_ids is None else (glance_ids >= 0).flatten(1, 2),
             ).unflatten(1, (split_lengths.shape[0], num_draft_tokens))
-        first_rows = None
-        if self.draft_chain is not None:
+        if self.draft_chain is None:
+            logits = self.head_logits(hidden_states)
+        else:
             if split_lengths is None:
                 last_tokens = decoder_input_ids.gather(1, (prefix_lengths - 1)[:, None]).squeeze(1)  # (B,)
             else:
                 last_tokens = decoder_input_ids[:, split_lengths - 1]  # (B, S)
-            first_rows = self.draft_chain_rows(last_tokens)
-        # glancing marks the revealed slots' labels -100 (nothing to learn there), but a chain reads their true token
-        chain_ids = (
-            labels if glance_ids is None or labels is None else torch.where(glance_ids >= 0, glance_ids, labels)
-        )
-        logits = self.slot_logits(hidden_states, first_rows, chain_ids)
+            # glancing marks the revealed slots' labels -100 (nothing to learn there); the chain reads their true token
+            chain_ids = labels
+            if glance_ids is not None and labels is not None:
+                chain_ids = torch.where(glance_ids >= 0, glance_ids, labels)
+            logits = self.slot_logits(hidden_states, self.draft_chain_rows(last_tokens), chain_ids)
 
         loss = None
         if labels is not None:

@@ -11,6 +11,7 @@ from tiny_drafters import ATOL, NUM_DRAFT_TOKENS, propose_fresh, random_prefixes
 from specdec_hf import SpecDrafterModel, speculative_generate
 
 HEAD_IDS = list(range(0, VOCAB_SIZE, 3))  # a reduced head: every third id
+GREEDY = dict(do_sample=False, num_beams=1, max_new_tokens=14)
 
 
 def _chained(seed: int = 0, **overrides) -> SpecDrafterModel:
@@ -21,10 +22,24 @@ def _chained(seed: int = 0, **overrides) -> SpecDrafterModel:
     return drafter
 
 
-def _reduced(drafter: SpecDrafterModel) -> SpecDrafterModel:
+def _chained_with_head(reduced_head: bool) -> SpecDrafterModel:
+    """`_chained()`, with a reduced head over `HEAD_IDS` when `reduced_head`."""
+    if not reduced_head:
+        return _chained()
+    drafter = _chained(draft_vocab_size=len(HEAD_IDS), tie_word_embeddings=False)
     with torch.no_grad():
         drafter.draft_vocab_ids.copy_(torch.tensor(HEAD_IDS))
     return drafter
+
+
+def _record_chain_steps(drafter: SpecDrafterModel) -> tuple[list, list]:
+    """Hooks recording each chain step and each decoder pass's slot count: `(chain_steps, slots_per_call)`."""
+    chain_steps, slots_per_call = [], []
+    drafter.draft_chain.register_forward_hook(lambda module, args, output: chain_steps.append(args[1].shape))
+    drafter.decoder.register_forward_hook(
+        lambda module, args, kwargs, output: slots_per_call.append(output.shape[-2]), with_kwargs=True
+    )
+    return chain_steps, slots_per_call
 
 
 def test_draft_chain_dim_must_be_positive():
@@ -52,9 +67,7 @@ def test_a_new_chain_drafts_what_the_drafter_drafted():
 
 @pytest.mark.parametrize("reduced_head", [False, True])
 def test_teacher_forced_slots_read_the_labels_and_drafting_reads_the_drafts(reduced_head):
-    drafter = _chained(draft_vocab_size=len(HEAD_IDS), tie_word_embeddings=False) if reduced_head else _chained()
-    if reduced_head:
-        _reduced(drafter)
+    drafter = _chained_with_head(reduced_head)
     source = make_source_batch(2)
     inputs = dict(**source, decoder_input_ids=random_prefixes([5, 5]))
     drafted = drafter(**inputs).logits
@@ -69,7 +82,7 @@ def test_teacher_forced_slots_read_the_labels_and_drafting_reads_the_drafts(redu
 
 
 def test_chain_rows_put_tokens_outside_a_reduced_head_on_the_last_row():
-    drafter = _reduced(_chained(draft_vocab_size=len(HEAD_IDS), tie_word_embeddings=False))
+    drafter = _chained_with_head(reduced_head=True)
     rows = drafter.draft_chain_rows(torch.tensor([0, 3, 4, -100, 96]))
     last = len(HEAD_IDS)
     assert rows.tolist() == [0, 1, last, last, 32]
@@ -78,9 +91,7 @@ def test_chain_rows_put_tokens_outside_a_reduced_head_on_the_last_row():
 
 @pytest.mark.parametrize("reduced_head", [False, True])
 def test_propose_on_a_ragged_batch_matches_forward(reduced_head):
-    drafter = _chained(draft_vocab_size=len(HEAD_IDS), tie_word_embeddings=False) if reduced_head else _chained()
-    if reduced_head:
-        _reduced(drafter)
+    drafter = _chained_with_head(reduced_head)
     source = make_source_batch(3)
     lengths = [5, 2, 3]
     prefix_ids = random_prefixes(lengths)
@@ -187,7 +198,7 @@ def test_a_new_chain_gets_gradient_and_training_moves_it():
 def test_chained_drafter_keeps_beta_one_equal_to_greedy(family, batch_size, num_draft_tokens):
     model = build_verifier(family)
     inputs = make_source_batch(batch_size, seed=2, pad_token_id=model.config.pad_token_id)
-    reference = model.generate(**inputs, do_sample=False, num_beams=1, max_new_tokens=14)
+    reference = model.generate(**inputs, **GREEDY)
     torch.manual_seed(0)
     drafter = SpecDrafterModel.from_verifier(
         model,
@@ -201,19 +212,9 @@ def test_chained_drafter_keeps_beta_one_equal_to_greedy(family, batch_size, num_
     ).eval()
     with torch.no_grad():
         drafter.draft_chain.out_proj.weight.normal_(std=0.5)
-    chain_steps, calls = [], []
-    drafter.draft_chain.register_forward_hook(lambda module, args, output: chain_steps.append(args[1].shape))
-    drafter.decoder.register_forward_hook(
-        lambda module, args, kwargs, output: calls.append(output.shape[-2]), with_kwargs=True
-    )
+    chain_steps, calls = _record_chain_steps(drafter)
     output = model.generate(
-        **inputs,
-        do_sample=False,
-        num_beams=1,
-        max_new_tokens=14,
-        custom_generate=speculative_generate,
-        drafter=drafter,
-        num_draft_tokens=num_draft_tokens,
+        **inputs, **GREEDY, custom_generate=speculative_generate, drafter=drafter, num_draft_tokens=num_draft_tokens
     )
     assert torch.equal(output, reference)
     # drafting went through the chain, one step per drafted slot of every call (k shrinks near the length limit)
@@ -228,6 +229,7 @@ def test_chained_drafter_samples():
     ).eval()
     with torch.no_grad():  # a chain that is not the identity: later slots read the argmax, not the token drawn
         drafter.draft_chain.out_proj.weight.normal_(std=0.5)
+    chain_steps, calls = _record_chain_steps(drafter)
     inputs = make_source_batch(2, seed=2, pad_token_id=model.config.pad_token_id)
     torch.manual_seed(0)
     output = model.generate(
@@ -235,3 +237,4 @@ def test_chained_drafter_samples():
     )
     assert output.shape[0] == 2 and 1 < output.shape[1] <= 11
     assert int(output.min()) >= 0 and int(output.max()) < model.config.vocab_size
+    assert calls and len(chain_steps) == sum(calls)  # the drafts came through the chain
