@@ -47,6 +47,7 @@ from ..drafting import Drafter
 from .processor_gating import apply_to_every_position, is_position_independent, processors_acting_on
 from .proposal_checks import check_proposal
 from .stats import SpeculativeDecodingStats
+from .verifier_mask import CausalMaskTable
 
 __all__ = [
     "ActiveBatch",
@@ -146,12 +147,14 @@ class RowContext:
         drafter_state: The drafter's opaque state.
         verifier_states (`torch.FloatTensor` of shape `(rows, capacity, feature_width)`, *optional*): The
             verifier's decoder states at every position fed so far (for drafters with `verifier_state_layers`).
+        causal_masks ([`CausalMaskTable`], *optional*): The verifier decoder's self-attention masks, built once.
     """
 
     encoder_outputs: BaseModelOutput
     encoder_attention_mask: torch.LongTensor | None
     drafter_state: object
     verifier_states: torch.FloatTensor | None = None
+    causal_masks: CausalMaskTable | None = None
 
 
 def run_speculative_loop(
@@ -187,7 +190,9 @@ def run_speculative_loop(
     if encoder_attention_mask is not None and bool(encoder_attention_mask.all()):
         # no padding: an all-ones mask would only make the verifier's mask code inspect it at every call
         encoder_attention_mask = None
-    context = RowContext(encoder_outputs, encoder_attention_mask, drafter_state)
+    context = RowContext(
+        encoder_outputs, encoder_attention_mask, drafter_state, causal_masks=CausalMaskTable(verifier)
+    )
     stats = SpeculativeDecodingStats.for_batch(input_ids.shape[0], config.num_draft_tokens)
     # only EOS and length criteria (generate()'s defaults): the stop stage applies them vectorised
     simple = all(isinstance(c, (MaxLengthCriteria, EosTokenCriteria)) for c in stopping_criteria)
@@ -404,8 +409,13 @@ def verify(
     """
     committed = batch.committed
     decoder_input, logit_positions = _verifier_input(batch, cache_length, drafts, config.pad_token_id)
+    rows, fed = decoder_input.shape
+    causal_mask = None
+    if context.causal_masks is not None:
+        causal_mask = context.causal_masks.mask(rows, cache_length, fed, verifier.dtype, decoder_input.device)
     outputs = verifier(
         decoder_input_ids=decoder_input,
+        decoder_attention_mask=causal_mask,
         encoder_outputs=context.encoder_outputs,
         attention_mask=context.encoder_attention_mask,
         cache=cache,
@@ -423,7 +433,7 @@ def verify(
     else:
         index = logit_positions.unsqueeze(-1).expand(-1, -1, outputs.logits.shape[-1])
         logits = outputs.logits.gather(1, index).float()
-    return logits, cache_length + decoder_input.shape[1]
+    return logits, cache_length + fed
 
 
 def _verifier_input(

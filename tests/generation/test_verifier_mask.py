@@ -1,0 +1,150 @@
+"""The verify forward's prepared causal mask (`specdec_hf.generation.verifier_mask`): the masks transformers would
+build, the same logits, the loop passing it, and β = 1 still equal to greedy under eager attention."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from conftest import build_verifier, make_source_batch
+from oracle_drafters import OracleDrafter
+from transformers import DynamicCache, EncoderDecoderCache
+from transformers.masking_utils import create_causal_mask
+
+from specdec_hf import speculative_generate
+from specdec_hf.generation.verifier_mask import CausalMaskTable
+
+GREEDY = dict(do_sample=False, num_beams=1)
+# (cache length, tokens fed): single and several tokens, and a length past the table's first size (it grows)
+SHAPES = [(1, 1), (3, 5), (20, 11), (150, 5)]
+
+
+def _verifier(family: str, implementation: str):
+    """A tiny verifier of `family` with the attention implementation `implementation` and room for 256 positions."""
+    model = build_verifier(family, max_position_embeddings=256)
+    model.set_attn_implementation(implementation)
+    return model
+
+
+def _filled_cache(model, batch_size: int, cache_length: int) -> EncoderDecoderCache:
+    """A verifier cache holding `cache_length` positions of random keys and values."""
+    config = model.get_decoder().config
+    heads = config.decoder_attention_heads
+    self_attention = DynamicCache(config=config)
+    for layer in range(config.decoder_layers):
+        keys = torch.randn(batch_size, heads, cache_length, config.d_model // heads)
+        self_attention.update(keys, torch.randn_like(keys), layer)
+    return EncoderDecoderCache(self_attention, DynamicCache(config=config))
+
+
+@pytest.mark.parametrize("implementation", ["sdpa", "eager"])
+@pytest.mark.parametrize("cache_length, num_fed", SHAPES)
+def test_masks_equal_what_transformers_builds(implementation, cache_length, num_fed):
+    model = _verifier("marian", implementation)
+    config = model.get_decoder().config
+    table = CausalMaskTable(model)
+    batch_size = 3
+    cache = _filled_cache(model, batch_size, cache_length)
+    expected = create_causal_mask(
+        config=config,
+        inputs_embeds=torch.zeros(batch_size, num_fed, config.d_model),
+        attention_mask=torch.ones(batch_size, cache_length + num_fed),
+        cache=cache.self_attention_cache,
+    )
+    mask = table.mask(batch_size, cache_length, num_fed, model.dtype, torch.device("cpu"))
+    if expected is None:  # transformers skips a mask only where nothing is masked (one token fed)
+        assert num_fed == 1 and bool((mask == (True if mask.dtype == torch.bool else 0)).all())
+    else:
+        assert mask.shape == expected.shape and mask.dtype == expected.dtype
+        assert torch.equal(mask, expected)
+
+
+@pytest.mark.parametrize("implementation", ["sdpa", "eager"])
+def test_forward_with_the_mask_gives_the_same_logits(family, implementation):
+    model = _verifier(family, implementation)
+    inputs = make_source_batch(2, pad_token_id=model.config.pad_token_id)
+    table = CausalMaskTable(model)
+    start = model.generation_config.decoder_start_token_id
+    generator = torch.Generator().manual_seed(1)
+    prompt = torch.cat([torch.full((2, 1), start), torch.randint(4, 90, (2, 6), generator=generator)], dim=1)
+    fed = torch.randint(4, 90, (2, 5), generator=generator)
+    with torch.no_grad():
+        encoder_outputs = model.get_encoder()(**inputs)
+        logits = []
+        for use_table in (False, True):
+            cache = EncoderDecoderCache(DynamicCache(config=model.config), DynamicCache(config=model.config))
+            model(
+                decoder_input_ids=prompt,
+                encoder_outputs=encoder_outputs,
+                attention_mask=inputs["attention_mask"],
+                cache=cache,
+                use_cache=True,
+            )
+            mask = table.mask(2, prompt.shape[1], fed.shape[1], model.dtype, fed.device) if use_table else None
+            assert (mask is not None) == use_table
+            output = model(
+                decoder_input_ids=fed,
+                decoder_attention_mask=mask,
+                encoder_outputs=encoder_outputs,
+                attention_mask=inputs["attention_mask"],
+                cache=cache,
+                use_cache=True,
+            )
+            logits.append(output.logits)
+    assert torch.equal(logits[0], logits[1])
+
+
+def test_no_mask_for_an_empty_cache_or_other_attention():
+    model = _verifier("bart", "sdpa")
+    table = CausalMaskTable(model)
+    assert table.mask(1, 0, 5, model.dtype, torch.device("cpu")) is None
+    flex = SimpleNamespace(_attn_implementation="flex_attention")
+    other = CausalMaskTable(SimpleNamespace(get_decoder=lambda: SimpleNamespace(config=flex)))
+    assert not other.supported
+    assert other.mask(1, 4, 5, torch.float32, torch.device("cpu")) is None
+
+
+def test_table_follows_the_dtype():
+    model = _verifier("bart", "eager")
+    table = CausalMaskTable(model)
+    assert table.mask(1, 4, 5, torch.float32, torch.device("cpu")).dtype == torch.float32
+    half = table.mask(1, 4, 5, torch.bfloat16, torch.device("cpu"))
+    assert half.dtype == torch.bfloat16
+    assert half[0, 0, 0, 5].item() == torch.finfo(torch.bfloat16).min
+
+
+def test_the_loop_passes_the_mask_after_the_first_forward():
+    model = _verifier("marian", "sdpa")
+    inputs = make_source_batch(1, pad_token_id=model.config.pad_token_id)
+    reference = model.generate(**inputs, **GREEDY, max_new_tokens=12)
+    masks = []
+    hook = model.register_forward_pre_hook(
+        lambda module, args, kwargs: masks.append(kwargs.get("decoder_attention_mask")), with_kwargs=True
+    )
+    try:
+        output = model.generate(
+            **inputs,
+            **GREEDY,
+            max_new_tokens=12,
+            custom_generate=speculative_generate,
+            drafter=OracleDrafter(reference, model.config.vocab_size, 4, "half"),
+        )
+    finally:
+        hook.remove()
+    assert torch.equal(output, reference)
+    assert masks[0] is None and len(masks) > 2
+    assert all(mask is not None and mask.ndim == 4 for mask in masks[1:])
+
+
+@pytest.mark.parametrize("batch_size", [1, 4])
+def test_beta_one_equals_greedy_with_eager_attention(family, batch_size):
+    model = _verifier(family, "eager")
+    inputs = make_source_batch(batch_size, pad_token_id=model.config.pad_token_id)
+    reference = model.generate(**inputs, **GREEDY, max_new_tokens=20)
+    for accuracy in ("right", "half"):
+        drafter = OracleDrafter(reference, model.config.vocab_size, 4, accuracy)
+        output = model.generate(
+            **inputs, **GREEDY, max_new_tokens=20, custom_generate=speculative_generate, drafter=drafter
+        )
+        assert torch.equal(output, reference)
