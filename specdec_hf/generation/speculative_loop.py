@@ -147,14 +147,12 @@ class RowContext:
         drafter_state: The drafter's opaque state.
         verifier_states (`torch.FloatTensor` of shape `(rows, capacity, feature_width)`, *optional*): The
             verifier's decoder states at every position fed so far (for drafters with `verifier_state_layers`).
-        causal_masks ([`CausalMaskTable`], *optional*): The verifier decoder's self-attention masks, built once.
     """
 
     encoder_outputs: BaseModelOutput
     encoder_attention_mask: torch.LongTensor | None
     drafter_state: object
     verifier_states: torch.FloatTensor | None = None
-    causal_masks: CausalMaskTable | None = None
 
 
 def run_speculative_loop(
@@ -190,9 +188,8 @@ def run_speculative_loop(
     if encoder_attention_mask is not None and bool(encoder_attention_mask.all()):
         # no padding: an all-ones mask would only make the verifier's mask code inspect it at every call
         encoder_attention_mask = None
-    context = RowContext(
-        encoder_outputs, encoder_attention_mask, drafter_state, causal_masks=CausalMaskTable(verifier)
-    )
+    context = RowContext(encoder_outputs, encoder_attention_mask, drafter_state)
+    causal_masks = CausalMaskTable(verifier)
     stats = SpeculativeDecodingStats.for_batch(input_ids.shape[0], config.num_draft_tokens)
     # only EOS and length criteria (generate()'s defaults): the stop stage applies them vectorised
     simple = all(isinstance(c, (MaxLengthCriteria, EosTokenCriteria)) for c in stopping_criteria)
@@ -211,7 +208,9 @@ def run_speculative_loop(
         # 1. Draft
         drafts, proposal_q, verify_counts = draft(drafter, context, batch, k, logits_processor, config, stats)
         # 2. Verify
-        logits, fed_length = verify(verifier, context, cache, cache_length, batch, drafts, state_layers, config)
+        logits, fed_length = verify(
+            verifier, context, cache, cache_length, batch, drafts, state_layers, causal_masks, config
+        )
         # 3. Accept, each row within its budget: the drafts it verified and its length limit
         budgets = _budgets(batch.lengths, drafts.shape[1], verify_counts, config)
         acting = processors_acting_on(logits_processor, batch.shortest, batch.longest + drafts.shape[1])
@@ -393,6 +392,7 @@ def verify(
     batch: ActiveBatch,
     drafts: torch.LongTensor,
     state_layers: list[int] | None,
+    causal_masks: CausalMaskTable,
     config: SpeculativeLoopConfig,
 ) -> tuple[torch.FloatTensor, int]:
     """Stage 2: one verifier forward over every row's uncached committed tokens followed by its drafts.
@@ -402,6 +402,7 @@ def verify(
     Args:
         cache_length (`int`): Positions in the verifier's cache, shared by all rows.
         drafts (`torch.LongTensor` of shape `(rows, k)`): The drafts (k may be 0).
+        causal_masks ([`CausalMaskTable`]): The forward's causal mask, prepared where the verifier takes one.
 
     Returns:
         `logits` `(rows, k + 1, vocab_size)` in float32, the verifier's scores for the positions after each row's
@@ -410,12 +411,9 @@ def verify(
     committed = batch.committed
     decoder_input, logit_positions = _verifier_input(batch, cache_length, drafts, config.pad_token_id)
     rows, fed = decoder_input.shape
-    causal_mask = None
-    if context.causal_masks is not None:
-        causal_mask = context.causal_masks.mask(rows, cache_length, fed, verifier.dtype, decoder_input.device)
     outputs = verifier(
         decoder_input_ids=decoder_input,
-        decoder_attention_mask=causal_mask,
+        decoder_attention_mask=causal_masks.mask(rows, cache_length, fed, decoder_input.device),
         encoder_outputs=context.encoder_outputs,
         attention_mask=context.encoder_attention_mask,
         cache=cache,

@@ -1,9 +1,8 @@
 """The verify forward's prepared causal mask (`specdec_hf.generation.verifier_mask`): the masks transformers would
-build, the same logits, the loop passing it, and β = 1 still equal to greedy under eager attention."""
+build (one table reused and grown), the same logits in float32 and bfloat16, where none is prepared, the loop passing
+it, and β = 1 still equal to greedy under eager attention."""
 
 from __future__ import annotations
-
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -16,13 +15,14 @@ from specdec_hf import speculative_generate
 from specdec_hf.generation.verifier_mask import CausalMaskTable
 
 GREEDY = dict(do_sample=False, num_beams=1)
-# (cache length, tokens fed): single and several tokens, and a length past the table's first size (it grows)
-SHAPES = [(1, 1), (3, 5), (20, 11), (150, 5)]
+# (cache length, tokens fed), in the order one table serves them: it starts at 128 positions, grows to 256 for the
+# third and to 512 for the fourth, and serves the last from what it has
+SHAPES = [(3, 5), (20, 11), (150, 5), (300, 9), (2, 3)]
 
 
-def _verifier(family: str, implementation: str):
-    """A tiny verifier of `family` with the attention implementation `implementation` and room for 256 positions."""
-    model = build_verifier(family, max_position_embeddings=256)
+def _verifier(family: str, implementation: str, dtype: torch.dtype = torch.float32):
+    """A tiny verifier of `family` with the attention implementation `implementation` and room for 512 positions."""
+    model = build_verifier(family, max_position_embeddings=512).to(dtype)
     model.set_attn_implementation(implementation)
     return model
 
@@ -39,30 +39,31 @@ def _filled_cache(model, batch_size: int, cache_length: int) -> EncoderDecoderCa
 
 
 @pytest.mark.parametrize("implementation", ["sdpa", "eager"])
-@pytest.mark.parametrize("cache_length, num_fed", SHAPES)
-def test_masks_equal_what_transformers_builds(implementation, cache_length, num_fed):
+def test_one_table_serves_the_masks_transformers_builds(implementation):
     model = _verifier("marian", implementation)
     config = model.get_decoder().config
     table = CausalMaskTable(model)
-    batch_size = 3
-    cache = _filled_cache(model, batch_size, cache_length)
-    expected = create_causal_mask(
-        config=config,
-        inputs_embeds=torch.zeros(batch_size, num_fed, config.d_model),
-        attention_mask=torch.ones(batch_size, cache_length + num_fed),
-        cache=cache.self_attention_cache,
-    )
-    mask = table.mask(batch_size, cache_length, num_fed, model.dtype, torch.device("cpu"))
-    if expected is None:  # transformers skips a mask only where nothing is masked (one token fed)
-        assert num_fed == 1 and bool((mask == (True if mask.dtype == torch.bool else 0)).all())
-    else:
+    assert table.supported
+    batch_size, sizes = 3, []
+    for cache_length, num_fed in SHAPES:
+        cache = _filled_cache(model, batch_size, cache_length)
+        expected = create_causal_mask(
+            config=config,
+            inputs_embeds=torch.zeros(batch_size, num_fed, config.d_model),
+            attention_mask=torch.ones(batch_size, cache_length + num_fed),
+            cache=cache.self_attention_cache,
+        )
+        mask = table.mask(batch_size, cache_length, num_fed, torch.device("cpu"))
         assert mask.shape == expected.shape and mask.dtype == expected.dtype
         assert torch.equal(mask, expected)
+        sizes.append(table.table.shape[-1])
+    assert sizes == [128, 128, 256, 512, 512]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("implementation", ["sdpa", "eager"])
-def test_forward_with_the_mask_gives_the_same_logits(family, implementation):
-    model = _verifier(family, implementation)
+def test_forward_with_the_mask_gives_the_same_logits(family, implementation, dtype):
+    model = _verifier(family, implementation, dtype)
     inputs = make_source_batch(2, pad_token_id=model.config.pad_token_id)
     table = CausalMaskTable(model)
     start = model.generation_config.decoder_start_token_id
@@ -81,7 +82,7 @@ def test_forward_with_the_mask_gives_the_same_logits(family, implementation):
                 cache=cache,
                 use_cache=True,
             )
-            mask = table.mask(2, prompt.shape[1], fed.shape[1], model.dtype, fed.device) if use_table else None
+            mask = table.mask(2, prompt.shape[1], fed.shape[1], fed.device) if use_table else None
             assert (mask is not None) == use_table
             output = model(
                 decoder_input_ids=fed,
@@ -95,23 +96,30 @@ def test_forward_with_the_mask_gives_the_same_logits(family, implementation):
     assert torch.equal(logits[0], logits[1])
 
 
-def test_no_mask_for_an_empty_cache_or_other_attention():
+def test_no_mask_where_the_decoder_should_build_its_own():
     model = _verifier("bart", "sdpa")
     table = CausalMaskTable(model)
-    assert table.mask(1, 0, 5, model.dtype, torch.device("cpu")) is None
-    flex = SimpleNamespace(_attn_implementation="flex_attention")
-    other = CausalMaskTable(SimpleNamespace(get_decoder=lambda: SimpleNamespace(config=flex)))
-    assert not other.supported
-    assert other.mask(1, 4, 5, torch.float32, torch.device("cpu")) is None
+    cpu = torch.device("cpu")
+    assert table.mask(1, 0, 5, cpu) is None  # an empty cache: the decoder may skip the mask
+    assert table.mask(1, 7, 1, cpu) is None  # one token: likewise, as in a greedy step
+    assert table.mask(1, 1020, 5, cpu) is None  # past the largest table
+    assert table.mask(1, 7, 5, cpu) is not None
+    flex = _verifier("bart", "sdpa")
+    flex.get_decoder().config._attn_implementation = "flex_attention"
+    sliding = _verifier("bart", "sdpa")
+    sliding.get_decoder().config.sliding_window = 8
+    other_family = _verifier("bart", "sdpa")
+    other_family.config.model_type = "fsmt"  # a decoder that does not route its mask through create_causal_mask
+    for model in (flex, sliding, other_family):
+        table = CausalMaskTable(model)
+        assert not table.supported and table.mask(1, 7, 5, cpu) is None
 
 
-def test_table_follows_the_dtype():
-    model = _verifier("bart", "eager")
-    table = CausalMaskTable(model)
-    assert table.mask(1, 4, 5, torch.float32, torch.device("cpu")).dtype == torch.float32
-    half = table.mask(1, 4, 5, torch.bfloat16, torch.device("cpu"))
-    assert half.dtype == torch.bfloat16
-    assert half[0, 0, 0, 5].item() == torch.finfo(torch.bfloat16).min
+def test_eager_masks_are_in_the_verifier_dtype():
+    for dtype in (torch.float32, torch.bfloat16):
+        mask = CausalMaskTable(_verifier("bart", "eager", dtype)).mask(1, 4, 5, torch.device("cpu"))
+        assert mask.dtype == dtype
+        assert mask[0, 0, 0, 4].item() == 0 and mask[0, 0, 0, 5].item() == torch.finfo(dtype).min
 
 
 def test_the_loop_passes_the_mask_after_the_first_forward():
@@ -133,8 +141,9 @@ def test_the_loop_passes_the_mask_after_the_first_forward():
     finally:
         hook.remove()
     assert torch.equal(output, reference)
+    # the first forward (empty cache) builds its own; so may the last if it feeds a single token
     assert masks[0] is None and len(masks) > 2
-    assert all(mask is not None and mask.ndim == 4 for mask in masks[1:])
+    assert all(mask is not None and mask.ndim == 4 for mask in masks[1:-1])
 
 
 @pytest.mark.parametrize("batch_size", [1, 4])
