@@ -54,6 +54,10 @@ def main() -> None:
 def time_forwards(verifier, encoder_outputs, cache_length: int, num_fed: int, args: argparse.Namespace) -> str:
     """One table row: `num_fed` tokens on a cache of `cache_length`, mask built and prepared, and one token."""
     table = CausalMaskTable(verifier)
+    if not table.supported:
+        raise SystemExit(
+            f"--verifier {args.verifier}: its family or attention takes no prepared mask; nothing to time"
+        )
     generator = torch.Generator().manual_seed(0)
     tokens = torch.randint(5, 4000, (1, cache_length + num_fed), generator=generator)
     tokens[:, 0] = verifier.config.decoder_start_token_id

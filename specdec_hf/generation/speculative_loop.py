@@ -209,7 +209,7 @@ def run_speculative_loop(
         drafts, proposal_q, verify_counts = draft(drafter, context, batch, k, logits_processor, config, stats)
         # 2. Verify
         logits, fed_length = verify(
-            verifier, context, cache, cache_length, batch, drafts, state_layers, causal_masks, config
+            verifier, context, cache, cache_length, batch, drafts, state_layers, config, causal_masks
         )
         # 3. Accept, each row within its budget: the drafts it verified and its length limit
         budgets = _budgets(batch.lengths, drafts.shape[1], verify_counts, config)
@@ -392,8 +392,8 @@ def verify(
     batch: ActiveBatch,
     drafts: torch.LongTensor,
     state_layers: list[int] | None,
-    causal_masks: CausalMaskTable,
     config: SpeculativeLoopConfig,
+    causal_masks: CausalMaskTable | None = None,
 ) -> tuple[torch.FloatTensor, int]:
     """Stage 2: one verifier forward over every row's uncached committed tokens followed by its drafts.
 
@@ -402,7 +402,8 @@ def verify(
     Args:
         cache_length (`int`): Positions in the verifier's cache, shared by all rows.
         drafts (`torch.LongTensor` of shape `(rows, k)`): The drafts (k may be 0).
-        causal_masks ([`CausalMaskTable`]): The forward's causal mask, prepared where the verifier takes one.
+        causal_masks ([`CausalMaskTable`], *optional*): Prepares the forward's causal mask where the verifier takes
+            one; without it the decoder builds its own.
 
     Returns:
         `logits` `(rows, k + 1, vocab_size)` in float32, the verifier's scores for the positions after each row's
@@ -411,9 +412,10 @@ def verify(
     committed = batch.committed
     decoder_input, logit_positions = _verifier_input(batch, cache_length, drafts, config.pad_token_id)
     rows, fed = decoder_input.shape
+    causal_mask = None if causal_masks is None else causal_masks.mask(rows, cache_length, fed, decoder_input.device)
     outputs = verifier(
         decoder_input_ids=decoder_input,
-        decoder_attention_mask=causal_masks.mask(rows, cache_length, fed, decoder_input.device),
+        decoder_attention_mask=causal_mask,
         encoder_outputs=context.encoder_outputs,
         attention_mask=context.encoder_attention_mask,
         cache=cache,

@@ -2,7 +2,7 @@
 
 Left to itself, a decoder fed q > 1 tokens on a cache of C builds its `(batch, 1, q, C + q)` causal mask at every call
 (`transformers.masking_utils.create_causal_mask`: a dozen small tensor operations and their Python; with one token,
-as in greedy decoding, it builds none). The pattern depends only on positions, so [`CausalMaskTable`] builds it once
+as in greedy decoding, SDPA builds none). The pattern depends only on positions, so [`CausalMaskTable`] builds it once
 for many positions, with transformers' own mask function for the verifier's attention implementation (a boolean mask
 for SDPA, an additive float mask for eager attention), and each verify forward receives a slice of it as a prepared 4D
 mask, which `create_causal_mask` passes through as it is. The values are those transformers would build, so the
@@ -12,6 +12,7 @@ forward computes the same.
 from __future__ import annotations
 
 import torch
+from transformers import PreTrainedModel
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, causal_mask_function
 
 __all__ = ["CausalMaskTable"]
@@ -20,9 +21,10 @@ __all__ = ["CausalMaskTable"]
 # attention takes no 4D mask, flex attention a BlockMask): any other keeps building its own
 _TENSOR_MASK_IMPLEMENTATIONS = ("sdpa", "eager")
 
-# the families whose decoders pass `decoder_attention_mask` through `create_causal_mask` (read in their modeling
-# code); another encoder-decoder may read a 4D mask differently, and builds its own
-_PREPARED_MASK_MODEL_TYPES = ("bart", "mbart", "marian", "pegasus", "t5", "mt5")
+# the supported families, whose decoders pass `decoder_attention_mask` through `create_causal_mask` (read in their
+# modeling code; re-check on a transformers upgrade); another encoder-decoder may read a 4D mask differently, and
+# builds its own
+_PREPARED_MASK_MODEL_TYPES = ("bart", "mbart", "marian", "pegasus", "t5")
 
 # positions the table covers at first; it doubles when a forward reaches past them, up to the largest, beyond which
 # the decoder builds its own (the table grows with the square of its length)
@@ -42,9 +44,11 @@ class CausalMaskTable:
             implementation and its dtype decide whether and in which format a mask is prepared.
     """
 
-    def __init__(self, verifier):
-        self.config = verifier.get_decoder().config
-        self.dtype = verifier.dtype
+    def __init__(self, verifier: PreTrainedModel):
+        decoder = verifier.get_decoder()
+        self.config = decoder.config
+        # the dtype transformers builds an eager mask in: its input embeddings'
+        self.dtype = decoder.get_input_embeddings().weight.dtype
         implementation = getattr(self.config, "_attn_implementation", None)
         self.supported = (
             implementation in _TENSOR_MASK_IMPLEMENTATIONS
@@ -56,8 +60,8 @@ class CausalMaskTable:
 
     def mask(self, batch_size: int, cache_length: int, num_fed: int, device: torch.device) -> torch.Tensor | None:
         """The mask of a forward that feeds `num_fed` tokens on a cache of `cache_length`, or `None` where the decoder
-        should build its own: a verifier without support (above), an empty cache or a single token fed (where the
-        decoder may skip the mask altogether), or more positions than the table may hold.
+        should build its own: a verifier without support (above), an empty cache or a single token fed (where SDPA
+        skips the mask altogether), or more positions than the table may hold.
 
         Returns:
             `torch.Tensor` of shape `(batch_size, 1, num_fed, cache_length + num_fed)`: a view of the table.

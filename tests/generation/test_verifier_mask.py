@@ -122,28 +122,47 @@ def test_eager_masks_are_in_the_verifier_dtype():
         assert mask[0, 0, 0, 4].item() == 0 and mask[0, 0, 0, 5].item() == torch.finfo(dtype).min
 
 
-def test_the_loop_passes_the_mask_after_the_first_forward():
-    model = _verifier("marian", "sdpa")
-    inputs = make_source_batch(1, pad_token_id=model.config.pad_token_id)
-    reference = model.generate(**inputs, **GREEDY, max_new_tokens=12)
-    masks = []
+def _verifier_whose_rows_stop_apart(family: str, inputs) -> torch.nn.Module:
+    """A tiny verifier of `family` (the first seed that has one) with an EOS that no row emits in its first three
+    steps and the rows first emit at different steps (or never): its rows stop at different iterations."""
+    for seed in range(8):
+        generated = build_verifier(family, seed=seed).generate(**inputs, **GREEDY, max_new_tokens=20)[:, 1:]
+        for token in generated[:, 3:].flatten().tolist():
+            steps = set()
+            for row in generated:
+                hits = (row == token).nonzero()
+                steps.add(int(hits[0]) if hits.numel() else generated.shape[1])
+            if min(steps) >= 3 and len(steps) > 1:
+                return build_verifier(family, seed=seed, eos_token_id=token)
+    raise AssertionError(f"no seed gives {family} rows that stop apart")
+
+
+def test_the_loop_passes_the_mask_after_the_first_forward(family):
+    inputs = make_source_batch(3, pad_token_id=build_verifier(family).config.pad_token_id)
+    model = _verifier_whose_rows_stop_apart(family, inputs)
+    reference = model.generate(**inputs, **GREEDY, max_new_tokens=20)
+    fed = []  # (rows fed, mask) of every verify forward
     hook = model.register_forward_pre_hook(
-        lambda module, args, kwargs: masks.append(kwargs.get("decoder_attention_mask")), with_kwargs=True
+        lambda module, args, kwargs: fed.append(
+            (kwargs["decoder_input_ids"].shape[0], kwargs.get("decoder_attention_mask"))
+        ),
+        with_kwargs=True,
     )
     try:
         output = model.generate(
             **inputs,
             **GREEDY,
-            max_new_tokens=12,
+            max_new_tokens=20,
             custom_generate=speculative_generate,
-            drafter=OracleDrafter(reference, model.config.vocab_size, 4, "half"),
+            drafter=OracleDrafter(reference, model.config.vocab_size, 2, "half"),
         )
     finally:
         hook.remove()
     assert torch.equal(output, reference)
     # the first forward (empty cache) builds its own; so may the last if it feeds a single token
-    assert masks[0] is None and len(masks) > 2
-    assert all(mask is not None and mask.ndim == 4 for mask in masks[1:-1])
+    assert fed[0][1] is None and len(fed) > 2
+    assert all(mask is not None and mask.ndim == 4 and mask.shape[0] == rows for rows, mask in fed[1:-1])
+    assert len({rows for rows, _ in fed}) > 1, "rows should finish at different iterations"
 
 
 @pytest.mark.parametrize("batch_size", [1, 4])
