@@ -59,8 +59,8 @@ def test_validation_slice_is_the_rows_the_tuning_config_draws():
 def test_beta_one_is_identical_to_greedy_on_held_out_sentences(pair):
     verifier, tokenizer, drafter = pair
     assert isinstance(drafter, SpecDrafterModel) and drafter.config.vocab_size == verifier.config.vocab_size
-    # generate()'s default k is the main job's (spec_k4_b1_t0), chosen on validation; 8 slots were trained
-    assert (drafter.config.num_draft_tokens, drafter.config.max_draft_tokens) == (4, 8)
+    # generate()'s default k is the main job's (spec_k2_b1_t0), chosen on validation; 8 slots were trained
+    assert (drafter.config.num_draft_tokens, drafter.config.max_draft_tokens) == (2, 8)
     lines = (DEMO / "heldout_test.jsonl").read_text(encoding="utf-8").splitlines()[:6]
     sources = [json.loads(line)["translation"]["en"] for line in lines]
     inputs = tokenizer(sources, return_tensors="pt", padding=True)
@@ -93,7 +93,7 @@ def test_main_job_config_runs_every_strategy_on_a_few_held_out_rows(tmp_path, mo
     """`make demo`'s first config, shortened: greedy and speculative decoding, β=1 equal to greedy."""
     monkeypatch.chdir(REPO)
     strategies = _run_shortened("configs/eval/demo_en_de.yaml", tmp_path)["strategies"]
-    assert set(strategies) == {"greedy", "spec_k4_b1_t0", "spec_k4_b3_t1"}
+    assert set(strategies) == {"greedy", "spec_k2_b1_t0", "spec_k3_b3_t1", "spec_k4_b1_t0"}
     speculative = [name for name in strategies if name.startswith("spec_")]
     assert any("_b1_" in name for name in speculative) and any("_b1_" not in name for name in speculative)
     for name in speculative:
@@ -121,7 +121,7 @@ def test_main_job_bfloat16_pass_runs_on_a_few_held_out_rows(tmp_path, monkeypatc
     linears = sum(isinstance(module, torch.nn.Linear) for module in verifier.modules())
     assert sum(choice["num_layers"] for choice in kernels["verifier"]) == linears
     strategies = data["strategies"]
-    assert "greedy" in strategies and any(name.startswith("spec_k4_b1") for name in strategies)
+    assert "greedy" in strategies and any(name.startswith("spec_k2_b1") for name in strategies)
     for name in strategies:
         if name.startswith("spec_"):
             # bfloat16 may round a tie differently in a k-token verification than in a 1-token step: no equality here
