@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--before", required=True, help="The earlier revision (any git revision).")
     parser.add_argument("--after", default="HEAD", help="The later revision.")
     parser.add_argument("--config", default="configs/eval/demo_en_de.yaml", help="Relative to the repository.")
-    parser.add_argument("--strategy", default="spec_k4_b1_t0")
+    parser.add_argument("--strategy", default="spec_k2_b1_t0")
     parser.add_argument("--limit", type=int, default=60)
     parser.add_argument("--repeats", type=int, default=3, help="Interleaved repeats inside each run.")
     parser.add_argument("--rounds", type=int, default=3, help="Runs per revision, alternating.")

@@ -1,7 +1,7 @@
 """Export the trained demo models into the repository: half-precision safetensors, tokenizer, model cards.
 
     python scripts/export_demo_pair.py --verifier runs/demo_verifier_v2/best --drafter runs/drafter_v2 \
-        --assistant runs/demo_assistant_v2/checkpoint-last --output_dir models/demo-en-de --num_draft_tokens 4 \
+        --assistant runs/demo_assistant_v2/checkpoint-last --output_dir models/demo-en-de --num_draft_tokens 2 \
         --verifier_config configs/demo/verifier_v2_en_de.yaml --assistant_config configs/demo/assistant_v2_en_de.yaml
     python scripts/export_demo_pair.py --drafter runs/drafter_debian_en_de_stage2   # only a retrained drafter
 

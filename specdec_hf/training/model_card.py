@@ -141,7 +141,7 @@ out = enable_speculative_decoding(verifier).generate(**inputs, drafter=drafter)
 - drafter: d_model {config.d_model}, encoder {encoder}, {layers},
   prefix attention `{config.prefix_attention}`{reads}
 
-## Evaluation (held-out distilled sources, β = 1)
+## Evaluation (held-out distilled sources, β = 1, k = {config.max_draft_tokens})
 
 - tokens per iteration (Tok.): {f"{tok:.2f}" if tok is not None else "not measured"}
 - draft accuracy by block position: {by_position or "not measured"}
