@@ -70,8 +70,10 @@ class CausalMaskTable:
         if not self.supported or cache_length == 0 or num_fed == 1 or length > _MAX_POSITIONS:
             return None
         device = torch.device(device)
-        if self.table is None or self.device != device or self.table.shape[-1] < length:
-            known = self.table.shape[-1] if self.table is not None and self.device == device else 0
+        # keyed by the device asked for, not the table's own: `cuda` and `cuda:0` name one device
+        reusable = self.table is not None and self.device == device
+        if not reusable or self.table.shape[-1] < length:
+            known = self.table.shape[-1] if reusable else 0
             positions = min(max(length, 2 * known, _INITIAL_POSITIONS), _MAX_POSITIONS)
             self.table, self.device = self._build(positions, device), device
         return self.table[:, :, cache_length:length, :length].expand(batch_size, -1, -1, -1)
