@@ -8,6 +8,12 @@ teacher-forced on that output at every split point in one pass, and prints, for 
 fraction whose first j drafts are all right (j = 1..k) and the Tok. that implies (1 + their sum: a bonus token at
 every call; decoding's own Tok. is lower, as a row's last pass emits nothing after an accepted EOS).
 
+At both sets of split points it also reads what limits the first draft: the verifier's own probability of the token
+it emits there (its top-1, from the same teacher-forced pass), and where that token ranks among the drafter's
+first-slot scores. A second table gives, by bucket of that probability, the share of the split points and how often
+the token is the drafter's first choice or among its first two: at β=1 a drafter has to pick the verifier's argmax,
+and where the verifier itself is unsure that argmax turns on small differences in its computation.
+
     python benchmarks/drafter_call_splits.py --limit 100 --threads 1
 
 No timing: it runs beside other jobs without skewing anything but its own wall time.
@@ -16,6 +22,7 @@ No timing: it runs beside other jobs without skewing anything but its own wall t
 from __future__ import annotations
 
 import argparse
+import itertools
 from typing import NamedTuple
 
 import torch
@@ -50,12 +57,19 @@ class SplitScores(NamedTuple):
         accepted (`int`): The drafts decoding accepted. A check: at β=1 a call drafts from the same prefix and
             verifier states as the teacher-forced pass, so this equals `runs_at_calls.sum()` but for floating-point
             near-ties between the cached and the one-pass computation.
+        confidence (`torch.FloatTensor` of shape `(num_splits,)`): The verifier's probability (softmax of its
+            logits) of the token that follows each split's prefix in its output: how sure it was of the token the
+            first draft has to match.
+        first_rank (`torch.LongTensor` of shape `(num_splits,)`): That token's rank among the drafter's first-slot
+            scores (0: its first choice); the head's size for a token outside a reduced head.
     """
 
     runs: torch.LongTensor
     calls: list[int]
     runs_at_calls: torch.LongTensor
     accepted: int
+    confidence: torch.FloatTensor
+    first_rank: torch.LongTensor
 
 
 @torch.no_grad()
@@ -85,18 +99,18 @@ def score_splits(verifier, drafter: SpecDrafterModel, inputs: dict, num_draft_to
     output = generated.sequences
     length = output.shape[1]
     layers = drafter.config.verifier_state_layers
-    reads_verifier = drafter.encoder is None or bool(layers)
-    encoder_states = verifier.get_encoder()(**inputs).last_hidden_state if reads_verifier else None
+    # one teacher-forced verifier pass: its probabilities, and its decoder states for a drafter that reads them
+    encoder_states = verifier.get_encoder()(**inputs).last_hidden_state
+    teacher_forced = verifier(
+        encoder_outputs=(encoder_states,),
+        attention_mask=inputs.get("attention_mask"),
+        decoder_input_ids=output,
+        output_hidden_states=bool(layers),
+        use_cache=False,
+    )
     states = None
     if layers:
-        hidden = verifier(
-            encoder_outputs=(encoder_states,),
-            attention_mask=inputs.get("attention_mask"),
-            decoder_input_ids=output,
-            output_hidden_states=True,
-            use_cache=False,
-        ).decoder_hidden_states
-        states = torch.cat([hidden[index] for index in layers], dim=-1)
+        states = torch.cat([teacher_forced.decoder_hidden_states[index] for index in layers], dim=-1)
     split_lengths = torch.arange(1, length)
     # the drafter casts the verifier's states to its dtype itself
     logits = drafter(
@@ -120,7 +134,55 @@ def score_splits(verifier, drafter: SpecDrafterModel, inputs: dict, num_draft_to
     calls = [prefix_length - 1 for prefix_length, _ in adapter.calls]
     drafted = torch.tensor([k for _, k in adapter.calls], dtype=torch.long)
     runs_at_calls = torch.minimum(runs[calls], drafted)
-    return SplitScores(runs, calls, runs_at_calls, sum(generated.speculative_stats.accepted_tokens))
+    # the first draft after the split of index s (a prefix of s + 1 tokens) predicts output[s + 1], which the
+    # verifier scored from position s
+    next_tokens = output[0, 1:]
+    probabilities = teacher_forced.logits[0, :-1].float().softmax(dim=-1)
+    confidence = probabilities.gather(1, next_tokens[:, None]).squeeze(1)
+    first_rank = first_draft_rank(drafter, logits[:, 0].float(), next_tokens)
+    return SplitScores(
+        runs,
+        calls,
+        runs_at_calls,
+        sum(generated.speculative_stats.accepted_tokens),
+        confidence.cpu(),
+        first_rank,
+    )
+
+
+def first_draft_rank(drafter: SpecDrafterModel, slot_logits: torch.FloatTensor, tokens: torch.LongTensor):
+    """The rank of each of `tokens` (verifier ids) among the drafter's scores `(num_splits, head_size)` of one slot:
+    0 for its first choice; the head's size for a token outside a reduced head."""
+    head_size = slot_logits.shape[-1]
+    rows = drafter.to_draft_vocab(tokens.to(slot_logits.device))
+    inside = rows >= 0
+    own = slot_logits.gather(1, rows.clamp(min=0)[:, None])
+    rank = (slot_logits > own).sum(dim=1)
+    return torch.where(inside, rank, head_size).cpu()
+
+
+CONFIDENCE_BUCKETS = (0.0, 0.5, 0.8, 0.95, 1.0)
+
+
+def by_verifier_confidence(confidence: torch.FloatTensor, first_rank: torch.LongTensor) -> list[dict]:
+    """Per bucket of the verifier's probability of its own token (`CONFIDENCE_BUCKETS`, the last one closed): the
+    share of the split points, and how often the drafter's first and first-two choices hold that token."""
+    table = []
+    total = max(len(confidence), 1)
+    for index, (low, high) in enumerate(itertools.pairwise(CONFIDENCE_BUCKETS)):
+        last = index == len(CONFIDENCE_BUCKETS) - 2
+        inside = (confidence >= low) & ((confidence <= high) if last else (confidence < high))
+        count = int(inside.sum())
+        ranks = first_rank[inside]
+        table.append(
+            {
+                "verifier_probability": [low, high],
+                "share": count / total,
+                "first_choice": float((ranks == 0).float().mean()) if count else None,
+                "first_two": float((ranks <= 1).float().mean()) if count else None,
+            }
+        )
+    return table
 
 
 def acceptance_profile(runs: torch.LongTensor, num_draft_tokens: int) -> list[float]:
@@ -139,10 +201,14 @@ def main(argv: list[str] | None = None) -> dict:
     enable_speculative_decoding(verifier)
     tokenizer = AutoTokenizer.from_pretrained(args.verifier)
     every, called, accepted = [], [], 0
+    first_draft = {"every split point": ([], []), "drafter calls": ([], [])}
     for inputs in read_sources(args.data, tokenizer, args.limit):
         scores = score_splits(verifier, drafter, inputs, args.num_draft_tokens, args.max_new_tokens)
         every.append(scores.runs)
         called.append(scores.runs_at_calls)
+        for name, points in (("every split point", slice(None)), ("drafter calls", scores.calls)):
+            first_draft[name][0].append(scores.confidence[points])
+            first_draft[name][1].append(scores.first_rank[points])
         accepted += scores.accepted
     teacher_forced = int(torch.cat(called).sum())
     result = {"accepted_in_decoding": accepted, "accepted_teacher_forced_at_calls": teacher_forced}
@@ -155,6 +221,25 @@ def main(argv: list[str] | None = None) -> dict:
         result[name] = {"split_points": len(runs), "first_j_right": profile, "tokens_per_iteration": 1 + sum(profile)}
         figures = " / ".join(f"{value:.3f}" for value in profile)
         print(f"{name}: {len(runs)} split points; first j right, j = 1..k: {figures}; Tok. {1 + sum(profile):.3f}")
+    print(
+        "| split points | verifier's probability of its token | share | drafter's first choice | among its first two |"
+    )
+    print("|---|---|---|---|---|")
+    for name, (confidence, first_rank) in first_draft.items():
+        first_rank = torch.cat(first_rank)
+        result[name]["first_draft"] = {
+            "first_j_choices": [float((first_rank < j).float().mean()) for j in (1, 2, 3)],
+            "by_verifier_probability": by_verifier_confidence(torch.cat(confidence), first_rank),
+        }
+        for row in result[name]["first_draft"]["by_verifier_probability"]:
+            low, high = row["verifier_probability"]
+            cells = [f"{row['share']:.3f}"] + [
+                "–" if row[key] is None else f"{row[key]:.3f}" for key in ("first_choice", "first_two")
+            ]
+            print(f"| {name} | {low:.2f}–{high:.2f} | " + " | ".join(cells) + " |")
+    for name in first_draft:
+        choices = " / ".join(f"{value:.3f}" for value in result[name]["first_draft"]["first_j_choices"])
+        print(f"{name}: the verifier's token among the drafter's first 1 / 2 / 3 choices of the first slot: {choices}")
     return result
 
 

@@ -67,6 +67,11 @@ def test_teacher_forced_drafts_at_the_calls_are_what_decoding_accepted(script, v
         assert scores.calls == sorted(set(scores.calls)) and all(0 <= call < length - 1 for call in scores.calls)
         assert bool((scores.runs_at_calls <= scores.runs[scores.calls]).all())
         assert scores.accepted == int(scores.runs_at_calls.sum())
+        # every call drafts at least one token: its first draft is right exactly where it is the drafter's top choice
+        assert torch.equal(scores.first_rank[scores.calls] == 0, scores.runs_at_calls >= 1)
+        assert torch.equal(scores.first_rank == 0, scores.runs >= 1)
+        assert scores.confidence.shape == scores.first_rank.shape == (length - 1,)
+        assert bool(((scores.confidence > 0) & (scores.confidence <= 1)).all())
         accepted += scores.accepted
     assert accepted > 0  # the trained drafter gets drafts accepted
     assert min(output_lengths) < 1 + MAX_NEW_TOKENS  # some rows end at EOS, before the length limit
@@ -75,3 +80,26 @@ def test_teacher_forced_drafts_at_the_calls_are_what_decoding_accepted(script, v
 def test_acceptance_profile_counts_leading_runs(script):
     assert script.acceptance_profile(torch.tensor([0, 1, 3, 4]), 4) == [0.75, 0.5, 0.5, 0.25]
     assert script.acceptance_profile(torch.tensor([], dtype=torch.long), 4) == []
+
+
+def test_first_draft_rank_counts_higher_scores_and_marks_tokens_outside_the_head(script):
+    class ReducedHead:
+        def to_draft_vocab(self, token_ids):
+            index = torch.tensor([-100, 0, 1, 2, -100])  # verifier ids 1, 2, 3 are head rows 0, 1, 2
+            return index[token_ids]
+
+    logits = torch.tensor([[0.1, 0.9, 0.5], [0.7, 0.2, 0.3], [0.3, 0.2, 0.1]])
+    ranks = script.first_draft_rank(ReducedHead(), logits, torch.tensor([2, 3, 4]))
+    assert ranks.tolist() == [0, 1, 3]
+
+
+def test_by_verifier_confidence_buckets_the_calls(script):
+    confidence = torch.tensor([0.1, 0.3, 0.6, 0.9, 0.97, 1.0])
+    first_rank = torch.tensor([0, 1, 2, 0, 0, 1])
+    table = script.by_verifier_confidence(confidence, first_rank)
+    assert [row["verifier_probability"] for row in table] == [[0.0, 0.5], [0.5, 0.8], [0.8, 0.95], [0.95, 1.0]]
+    assert [row["share"] for row in table] == pytest.approx([2 / 6, 1 / 6, 1 / 6, 2 / 6])
+    assert [row["first_choice"] for row in table] == [0.5, 0.0, 1.0, 0.5]
+    assert [row["first_two"] for row in table] == [1.0, 0.0, 1.0, 1.0]
+    empty = script.by_verifier_confidence(torch.tensor([0.99]), torch.tensor([0]))
+    assert empty[0]["first_choice"] is None and empty[3]["first_choice"] == 1.0
