@@ -32,6 +32,8 @@ __all__ = [
     "ct2_group_measure",
     "decoding_options",
     "convert_verifier",
+    "force_eos_at_limit",
+    "forced_eos_token",
     "run_ct2_strategy",
     "start_ct2_workers",
 ]
@@ -113,9 +115,8 @@ def decoding_options(verifier, tokenizer) -> dict[str, Any]:
     """
     CTranslate2's `translate_batch` options that decode like the verifier's greedy `generate()`.
 
-    Single-token bans (`bad_words_ids`, e.g. OPUS-MT's `[[pad]]`) become `suppress_sequences`; `forced_eos_token_id`
-    (which only acts at the length limit) is the one setting left out, so a row that reaches `max_new_tokens` may end
-    differently.
+    Single-token bans (`bad_words_ids`, e.g. OPUS-MT's `[[pad]]`) become `suppress_sequences`. `forced_eos_token_id`
+    has no CTranslate2 option: the worker applies it to the hypotheses instead (`forced_eos_token`).
 
     Raises:
         ValueError: naming the generation settings CTranslate2 would not apply the same way.
@@ -144,6 +145,31 @@ def decoding_options(verifier, tokenizer) -> dict[str, Any]:
     return options
 
 
+def forced_eos_token(verifier, tokenizer) -> str | None:
+    """The token string `generate()` forces as the last new token at the length limit (the generation config's
+    `forced_eos_token_id`, as Marian checkpoints set it), or `None`. With several ids the forced scores tie, and
+    greedy decoding takes the lowest id."""
+    forced = getattr(verifier.generation_config, "forced_eos_token_id", None)
+    if forced is None or forced == []:
+        return None
+    forced = min(forced) if isinstance(forced, (list, tuple)) else forced
+    return tokenizer.convert_ids_to_tokens(int(forced))
+
+
+def force_eos_at_limit(
+    hypotheses: list[list[str]], max_decoding_length: int, eos_token: str | None
+) -> list[list[str]]:
+    """What `ForcedEOSTokenLogitsProcessor` does to greedy decoding, applied to finished hypotheses: a hypothesis that
+    reached `max_decoding_length` tokens ends with `eos_token` in place of its last one (the earlier tokens are the
+    same, as the processor acts at the last step only)."""
+    if eos_token is None:
+        return hypotheses
+    return [
+        [*tokens[: max_decoding_length - 1], eos_token] if len(tokens) >= max_decoding_length else tokens
+        for tokens in hypotheses
+    ]
+
+
 def _worker_main(connection, model_dir: str, compute_type: str, threads: int, options: dict[str, Any]) -> None:
     import ctranslate2
 
@@ -169,12 +195,20 @@ class CTranslate2Worker:
         compute_type (`str`): `float32`, `int8`, `int8_float32`, ... (`ctranslate2.get_supported_compute_types`).
         threads (`int`): CTranslate2's intra-op threads.
         options (`dict`, *optional*): `translate_batch` options (`decoding_options`); default greedy.
+        forced_eos (`str`, *optional*): The token forced as the last one at the length limit (`forced_eos_token`).
 
     Use as a context manager; `translate(sources, max_decoding_length)` returns the greedy hypotheses (token strings,
     ending with the end token where decoding ended there) and the seconds CTranslate2 took.
     """
 
-    def __init__(self, model_dir: str | Path, compute_type: str, threads: int, options: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        model_dir: str | Path,
+        compute_type: str,
+        threads: int,
+        options: dict[str, Any] | None = None,
+        forced_eos: str | None = None,
+    ):
         check_ctranslate2_available()
         import ctranslate2
 
@@ -185,6 +219,7 @@ class CTranslate2Worker:
             )
         self.model_dir, self.compute_type, self.threads = str(model_dir), compute_type, threads
         self.options = options or {"beam_size": 1, "return_end_token": True}
+        self.forced_eos = forced_eos
         self._process: Any = None
         self._connection: Any = None
 
@@ -221,9 +256,10 @@ class CTranslate2Worker:
         """Greedy hypotheses of a batch of tokenised sources, and CTranslate2's own seconds for it."""
         self._connection.send((sources, max_decoding_length))
         try:
-            return self._connection.recv()
+            hypotheses, seconds = self._connection.recv()
         except EOFError:
             raise RuntimeError(f"the CTranslate2 worker ({self.compute_type}) stopped: see its error above") from None
+        return force_eos_at_limit(hypotheses, max_decoding_length, self.forced_eos), seconds
 
     def __exit__(self, *exc_info) -> None:
         self._stop()
@@ -260,9 +296,12 @@ def start_ct2_workers(
     """
     check_marian_layout(verifier)
     options = decoding_options(verifier, tokenizer)
+    forced_eos = forced_eos_token(verifier, tokenizer)
     converted = convert_verifier(model_dir, output_dir / "ctranslate2")
     return {
-        strategy.name: stack.enter_context(CTranslate2Worker(converted, strategy.compute_type, threads, options))
+        strategy.name: stack.enter_context(
+            CTranslate2Worker(converted, strategy.compute_type, threads, options, forced_eos)
+        )
         for strategy in strategies
     }
 

@@ -18,6 +18,8 @@ from specdec_hf.evaluation.ctranslate2_peer import (
     check_marian_layout,
     convert_verifier,
     decoding_options,
+    force_eos_at_limit,
+    forced_eos_token,
 )
 
 STRATEGIES = ["ct2", "ct2_int8", "ct2_int8_float32"]
@@ -104,6 +106,48 @@ def test_converted_verifier_decodes_like_hf_greedy(tmp_path):
     ]
     assert [tokenizer.convert_tokens_to_ids(tokens) for tokens in hypotheses] == expected
     assert len({tuple(row) for row in expected}) > 2  # the outputs differ: the comparison means something
+
+
+def test_forced_eos_replaces_the_last_token_of_hypotheses_at_the_limit():
+    hypotheses = [["a", "b", "c"], ["a", "</s>"], ["a", "b", "</s>"], ["a", "b", "c", "d"]]
+    assert force_eos_at_limit(hypotheses, 3, "</s>") == [
+        ["a", "b", "</s>"],
+        ["a", "</s>"],
+        ["a", "b", "</s>"],
+        ["a", "b", "</s>"],
+    ]
+    assert force_eos_at_limit(hypotheses, 3, None) is hypotheses
+
+
+def test_forced_eos_token_reads_the_generation_config():
+    model, tokenizer = marian_pair()
+    assert forced_eos_token(model, tokenizer) is None
+    model.generation_config.forced_eos_token_id = tokenizer.eos_token_id
+    assert forced_eos_token(model, tokenizer) == tokenizer.eos_token
+    model.generation_config.forced_eos_token_id = [7, tokenizer.eos_token_id]  # tied forced scores: the lowest id
+    assert forced_eos_token(model, tokenizer) == tokenizer.convert_ids_to_tokens(min(7, tokenizer.eos_token_id))
+
+
+def test_rows_at_the_length_limit_end_like_generate_with_forced_eos(tmp_path):
+    """Marian checkpoints set `forced_eos_token_id`: `generate()` then ends a row that reaches `max_new_tokens` with
+    EOS, which CTranslate2 cannot do by itself; the worker applies it, so such rows stay equal."""
+    pytest.importorskip("ctranslate2")
+    model, tokenizer = marian_pair()
+    model.config.forced_eos_token_id = model.generation_config.forced_eos_token_id = tokenizer.eos_token_id
+    model.save_pretrained(tmp_path / "verifier")
+    tokenizer.save_pretrained(tmp_path / "verifier")
+    converted = convert_verifier(tmp_path / "verifier", tmp_path / "ct2")
+    inputs = tokenizer(SENTENCES, return_tensors="pt", padding=True)
+    greedy = model.generate(**inputs, do_sample=False, num_beams=1, max_new_tokens=4)
+    expected = [[token for token in row[1:] if token != tokenizer.pad_token_id] for row in greedy.tolist()]
+    assert sum(row[-1] == tokenizer.eos_token_id and len(row) == 4 for row in expected) >= 2  # rows at the limit
+    sources = [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(SENTENCES)["input_ids"]]
+    with CTranslate2Worker(converted, "float32", threads=1, forced_eos=forced_eos_token(model, tokenizer)) as worker:
+        hypotheses, _ = worker.translate(sources, max_decoding_length=4)
+    assert [tokenizer.convert_tokens_to_ids(tokens) for tokens in hypotheses] == expected
+    with CTranslate2Worker(converted, "float32", threads=1) as worker:
+        unforced, _ = worker.translate(sources, max_decoding_length=4)
+    assert [tokenizer.convert_tokens_to_ids(tokens) for tokens in unforced] != expected  # the case is exercised
 
 
 def test_unsupported_compute_type_is_refused(tmp_path):
