@@ -28,7 +28,7 @@ demo: setup
 	$(PY) evaluate.py --config configs/eval/demo_en_de.yaml
 	$(PY) evaluate.py --config configs/eval/demo_en_de_peers.yaml
 	$(PY) evaluate.py --config configs/eval/demo_en_de_bf16.yaml
-	$(PY) benchmarks/compare_demo_pairs.py --pair v1=git:demo-v1 --pair v2=models/demo-en-de --ct2 \
+	$(PY) benchmarks/compare_demo_pairs.py --pair v1=git:demo-v1 --pair v2=models/demo-en-de --ct2 --ct2_threads 1 \
 		--validation_files models/demo-en-de/heldout_validation.jsonl
 
 # the float32 pass on all 200 held-out rows, 5 repeats, a wider batch-size sweep (about three times as long as that pass)

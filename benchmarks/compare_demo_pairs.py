@@ -6,7 +6,7 @@ its own tokenizer (the generations share the pieces, not the ids). Each row runs
 outputs, BLEU, Tok.), then all rows of all pairs are timed in one `interleave` call, one sentence at a time in a
 rotating order, so that the machine's drift hits them alike; a speed-up is the median of the paired per-repeat ratios.
 
-    python benchmarks/compare_demo_pairs.py --pair v1=git:demo-v1 --pair v2=models/demo-en-de --ct2 \
+    python benchmarks/compare_demo_pairs.py --pair v1=git:demo-v1 --pair v2=models/demo-en-de --ct2 --ct2_threads 1 \
         --validation_files models/demo-en-de/heldout_validation.jsonl
 
 A pair is a directory holding `verifier/` and `drafter/`, or `git:TAG`: `models/demo-en-de` as committed at TAG,
@@ -183,7 +183,7 @@ def load_pair(
     output_dir = Path(args.output_dir) / "ct2" / name  # converted once, reused while the weights are the same
     verifier_dir = str(directory / "verifier")
     models.ct2_workers = ctranslate2_peer.start_ct2_workers(
-        [ct2], verifier, tokenizer, verifier_dir, output_dir, args.num_threads, workers
+        [ct2], verifier, tokenizer, verifier_dir, output_dir, args.ct2_threads or args.num_threads, workers
     )
     return [*rows, Row(f"{name} ct2 float32", name, ct2, {}, models, eos_ids, batches)], ""
 
@@ -264,7 +264,8 @@ def compare(args: argparse.Namespace, command: str) -> dict[str, Any]:
         times = interleave(measures, splits["test"][0].num_rows, args.repeats, "timed passes", disable_tqdm=True)
 
     header = [
-        f"machine: {cpu_model()}, {os.cpu_count()} logical cores; threads: {args.num_threads} (torch and CTranslate2)",
+        f"machine: {cpu_model()}, {os.cpu_count()} logical cores; threads: torch {args.num_threads}, CTranslate2 "
+        f"{args.ct2_threads or args.num_threads}",
         f"torch {torch.__version__}, transformers {transformers.__version__}; CPU, batch size 1, max_new_tokens "
         f"{args.max_new_tokens}; verifiers float32, drafters {args.drafter_dtype}, "
         f"{'linear layers prepacked where measured faster' if args.prepack_linear else 'plain linear layers'}",
@@ -338,7 +339,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--num_draft_tokens", type=_positive, default=4, help="k of the speculative rows (β=1, τ=0).")
     parser.add_argument("--repeats", type=_positive, default=3, help="Timed passes over every row, interleaved.")
     parser.add_argument("--max_new_tokens", type=_positive, default=96, help="Generation length limit.")
-    parser.add_argument("--num_threads", type=_positive, default=2, help="torch's and CTranslate2's CPU threads.")
+    parser.add_argument("--num_threads", type=_positive, default=2, help="torch's CPU threads.")
+    parser.add_argument(
+        "--ct2_threads", type=_positive, default=None, help="CTranslate2's intra-op threads (default: --num_threads)."
+    )
     parser.add_argument(
         "--ct2", action="store_true",
         help="Add a CTranslate2 float32 greedy row for every verifier in Marian's layout (<pad> last); others are "

@@ -125,6 +125,13 @@ class EvaluationArguments:
         },
     )
     num_threads: int | None = field(default=None, metadata={"help": "torch CPU threads (default: torch's)."})
+    ct2_threads: int | None = field(
+        default=None,
+        metadata={
+            "help": "CTranslate2's intra-op threads for the ct2 strategies (default: `num_threads`). Its best count "
+            "can differ from torch's: give each runtime the one that is fastest on the machine."
+        },
+    )
     seed: int = field(default=0, metadata={"help": "Random seed (decoding itself is deterministic)."})
     disable_tqdm: bool = field(
         default=False, metadata={"help": "Hide the progress bars (they show only when stderr is a terminal anyway)."}
@@ -134,7 +141,7 @@ class EvaluationArguments:
         for name in ("batch_size", "max_new_tokens", "repeats", "num_beams", "prompt_lookup_num_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}.")
-        for name in ("limit", "max_source_length", "sweep_max_samples", "num_threads"):
+        for name in ("limit", "max_source_length", "sweep_max_samples", "num_threads", "ct2_threads"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"`{name}` must be >= 1 (or unset), got {value}.")

@@ -347,5 +347,9 @@ def run_ct2_strategy(
         instrumented_s=seconds,
         verifier_s=seconds,
         verifier_decoder_calls=0,
-        generation_kwargs={"compute_type": strategy.compute_type, "max_decoding_length": max_new_tokens},
+        generation_kwargs={
+            "compute_type": strategy.compute_type,
+            "max_decoding_length": max_new_tokens,
+            "intra_threads": worker.threads,
+        },
     )

@@ -142,7 +142,7 @@ def _evaluate(args: EvaluationArguments, data_args: DataArguments, peers: contex
     )
     ct2_strategies = [s for s in strategies if s.kind == "ctranslate2"]
     if ct2_strategies:
-        threads = args.num_threads or torch.get_num_threads()
+        threads = args.ct2_threads or args.num_threads or torch.get_num_threads()
         models.ct2_workers = start_ct2_workers(
             ct2_strategies, verifier, tokenizer, args.verifier_name_or_path, output_dir, threads, peers
         )

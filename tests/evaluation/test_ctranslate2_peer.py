@@ -172,13 +172,15 @@ def test_evaluate_runs_ct2_strategies_next_to_greedy(tmp_path):
     model, tokenizer = marian_pair()
     model.save_pretrained(tmp_path / "verifier")
     tokenizer.save_pretrained(tmp_path / "verifier")
-    data = run_evaluation(*parse_evaluation_arguments(_evaluate_argv(tmp_path, tmp_path / "verifier", STRATEGIES)))
+    argv = _evaluate_argv(tmp_path, tmp_path / "verifier", STRATEGIES) + ["--ct2_threads", "2"]
+    data = run_evaluation(*parse_evaluation_arguments(argv))
     strategies = data["strategies"]
     assert set(strategies) == {"greedy", *STRATEGIES}
     assert strategies["ct2"]["identical_to_greedy"] == 1.0  # float32: the same greedy outputs
     for name in STRATEGIES:
         assert strategies[name]["kind"] == "ctranslate2" and strategies[name]["speed"]["speedup"] > 0
         assert strategies[name]["tokens_per_iteration"] is None
+        assert strategies[name]["generation_kwargs"]["intra_threads"] == 2  # its own threads, not torch's one
     assert (tmp_path / "out" / "ctranslate2" / "model.bin").is_file()  # converted into the run's directory
     assert "| ct2 |" in (tmp_path / "out" / "results.md").read_text()
 

@@ -56,6 +56,12 @@ def test_strategy_configuration_errors(base_argv, strategies, extra, message):
         evaluate(argv + ["--strategies", *strategies])
 
 
+@pytest.mark.parametrize("name", ["num_threads", "ct2_threads"])
+def test_thread_counts_must_be_positive(base_argv, name):
+    with pytest.raises(ValueError, match=f"`{name}` must be >= 1"):
+        evaluate(base_argv + [f"--{name}", "0"])
+
+
 def test_prepack_linear_needs_the_cpu_device(base_argv):
     with pytest.raises(ValueError, match="set `device: cpu`"):
         evaluate(base_argv + ["--prepack_linear", "true", "--device", "auto"])
