@@ -11,6 +11,7 @@ sentence at a time in a rotating order: CTranslate2's own seconds (the pipe to i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import time
 from pathlib import Path
@@ -33,18 +34,19 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--verifier", default="models/demo-en-de/verifier")
     parser.add_argument("--data", default="models/demo-en-de/heldout_test.jsonl")
-    parser.add_argument("--limit", type=int, default=100, help="Sentences (the first N rows).")
-    parser.add_argument("--ct2_threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--limit", type=_positive, default=100, help="Sentences (the first N rows).")
+    parser.add_argument("--ct2_threads", type=_positive, nargs="+", default=[1, 2])
     parser.add_argument("--compute_types", nargs="+", default=["float32", "int8"])
-    parser.add_argument("--torch_threads", type=int, default=2, help="HF greedy's threads.")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--max_new_tokens", type=int, default=GREEDY_KWARGS["max_new_tokens"])
+    parser.add_argument("--torch_threads", type=_positive, default=2, help="HF greedy's threads.")
+    parser.add_argument("--repeats", type=_positive, default=5)
+    parser.add_argument("--max_new_tokens", type=_positive, default=GREEDY_KWARGS["max_new_tokens"])
     parser.add_argument("--output_dir", default="outputs/bench_ct2_threads", help="Where the conversion goes.")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.torch_threads)
     print_header(args.repeats)
 
     verifier = AutoModelForSeq2SeqLM.from_pretrained(args.verifier, dtype=torch.float32).eval()
+    verifier.generation_config.max_length = None  # max_new_tokens sets the limit (no warning per call)
     tokenizer = AutoTokenizer.from_pretrained(args.verifier)
     check_marian_layout(verifier)
     converted = convert_verifier(args.verifier, Path(args.output_dir) / "ctranslate2")
@@ -62,19 +64,16 @@ def main(argv: list[str] | None = None) -> dict:
     def ct2(worker: CTranslate2Worker, group: int) -> float:
         return worker.translate([sources[group]], args.max_new_tokens)[1]
 
-    workers = {}
-    try:
+    measures = {f"HF greedy, {args.torch_threads} thread(s)": hf_greedy}
+    with contextlib.ExitStack() as workers:  # the worker processes stop however the run ends
         for compute_type in args.compute_types:
             for threads in args.ct2_threads:
-                worker = CTranslate2Worker(converted, compute_type, threads, options, forced_eos).__enter__()
-                workers[f"ct2 {compute_type}, {threads} thread(s)"] = worker
-        measures = {f"HF greedy, {args.torch_threads} thread(s)": hf_greedy}
-        measures.update({name: functools.partial(ct2, worker) for name, worker in workers.items()})
+                worker = workers.enter_context(
+                    CTranslate2Worker(converted, compute_type, threads, options, forced_eos)
+                )
+                measures[f"ct2 {compute_type}, {threads} thread(s)"] = functools.partial(ct2, worker)
         interleave(measures, num_groups=min(3, len(inputs)), repeats=1, desc="warm-up", disable_tqdm=True)
         times = interleave(measures, num_groups=len(inputs), repeats=args.repeats, desc="timed", disable_tqdm=True)
-    finally:
-        for worker in workers.values():
-            worker.__exit__(None, None, None)
 
     reference = times[next(iter(measures))]
     print(f"{len(inputs)} sentences one at a time, max_new_tokens {args.max_new_tokens}; seconds over all of them")
@@ -86,6 +85,13 @@ def main(argv: list[str] | None = None) -> dict:
         result[name] = {"times_s": values, "speedups": speedups}
         print(f"| {name} | {with_range(values, 2)} | {with_range(speedups, 2, suffix='×')} |")
     return result
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
 
 
 if __name__ == "__main__":

@@ -264,8 +264,8 @@ def compare(args: argparse.Namespace, command: str) -> dict[str, Any]:
         times = interleave(measures, splits["test"][0].num_rows, args.repeats, "timed passes", disable_tqdm=True)
 
     header = [
-        f"machine: {cpu_model()}, {os.cpu_count()} logical cores; threads: torch {args.num_threads}, CTranslate2 "
-        f"{args.ct2_threads or args.num_threads}",
+        f"machine: {cpu_model()}, {os.cpu_count()} logical cores; threads: torch {args.num_threads}"
+        + (f", CTranslate2 {args.ct2_threads or args.num_threads}" if args.ct2 else ""),
         f"torch {torch.__version__}, transformers {transformers.__version__}; CPU, batch size 1, max_new_tokens "
         f"{args.max_new_tokens}; verifiers float32, drafters {args.drafter_dtype}, "
         f"{'linear layers prepacked where measured faster' if args.prepack_linear else 'plain linear layers'}",

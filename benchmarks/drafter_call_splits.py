@@ -9,10 +9,10 @@ fraction whose first j drafts are all right (j = 1..k) and the Tok. that implies
 every call; decoding's own Tok. is lower, as a row's last pass emits nothing after an accepted EOS).
 
 At both sets of split points it also reads what limits the first draft: the verifier's own probability of the token
-it emits there (its top-1, from the same teacher-forced pass), and where that token ranks among the drafter's
-first-slot scores. A second table gives, by bucket of that probability, the share of the split points and how often
-the token is the drafter's first choice or among its first two: at β=1 a drafter has to pick the verifier's argmax,
-and where the verifier itself is unsure that argmax turns on small differences in its computation.
+it emits there (from the same teacher-forced pass, before logits processors), and where that token ranks among the
+drafter's first-slot scores. A second table gives, by bucket of that probability, the share of the split points and
+how often the token is the drafter's first choice or among its first two: at β=1 a drafter has to pick the
+verifier's argmax, and where the verifier itself is unsure that argmax turns on small differences in its computation.
 
     python benchmarks/drafter_call_splits.py --limit 100 --threads 1
 
@@ -57,9 +57,10 @@ class SplitScores(NamedTuple):
         accepted (`int`): The drafts decoding accepted. A check: at β=1 a call drafts from the same prefix and
             verifier states as the teacher-forced pass, so this equals `runs_at_calls.sum()` but for floating-point
             near-ties between the cached and the one-pass computation.
-        confidence (`torch.FloatTensor` of shape `(num_splits,)`): The verifier's probability (softmax of its
-            logits) of the token that follows each split's prefix in its output: how sure it was of the token the
-            first draft has to match.
+        confidence (`torch.FloatTensor` of shape `(num_splits,)`): The verifier's probability (softmax of its raw
+            logits, before logits processors) of the token that follows each split's prefix in its output: how sure
+            it was of the token the first draft has to match. Where a processor chose that token (an EOS forced at
+            the length limit) it need not be the verifier's top-1.
         first_rank (`torch.LongTensor` of shape `(num_splits,)`): That token's rank among the drafter's first-slot
             scores (0: its first choice); the head's size for a token outside a reduced head.
     """
@@ -152,12 +153,15 @@ def score_splits(verifier, drafter: SpecDrafterModel, inputs: dict, num_draft_to
 
 def first_draft_rank(drafter: SpecDrafterModel, slot_logits: torch.FloatTensor, tokens: torch.LongTensor):
     """The rank of each of `tokens` (verifier ids) among the drafter's scores `(num_splits, head_size)` of one slot:
-    0 for its first choice; the head's size for a token outside a reduced head."""
+    0 for its first choice (the argmax, which takes the first of tied scores); the head's size for a token outside a
+    reduced head."""
     head_size = slot_logits.shape[-1]
     rows = drafter.to_draft_vocab(tokens.to(slot_logits.device))
     inside = rows >= 0
-    own = slot_logits.gather(1, rows.clamp(min=0)[:, None])
-    rank = (slot_logits > own).sum(dim=1)
+    row = rows.clamp(min=0)[:, None]
+    own = slot_logits.gather(1, row)
+    before = torch.arange(head_size, device=slot_logits.device)[None, :] < row
+    rank = ((slot_logits > own) | ((slot_logits == own) & before)).sum(dim=1)
     return torch.where(inside, rank, head_size).cpu()
 
 

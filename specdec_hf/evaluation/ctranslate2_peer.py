@@ -150,7 +150,7 @@ def forced_eos_token(verifier, tokenizer) -> str | None:
     `forced_eos_token_id`, as Marian checkpoints set it), or `None`. With several ids the forced scores tie, and
     greedy decoding takes the lowest id."""
     forced = getattr(verifier.generation_config, "forced_eos_token_id", None)
-    if forced is None or forced == []:
+    if forced is None or (isinstance(forced, (list, tuple)) and not forced):
         return None
     forced = min(forced) if isinstance(forced, (list, tuple)) else forced
     return tokenizer.convert_ids_to_tokens(int(forced))
@@ -161,7 +161,9 @@ def force_eos_at_limit(
 ) -> list[list[str]]:
     """What `ForcedEOSTokenLogitsProcessor` does to greedy decoding, applied to finished hypotheses: a hypothesis that
     reached `max_decoding_length` tokens ends with `eos_token` in place of its last one (the earlier tokens are the
-    same, as the processor acts at the last step only)."""
+    same, as the processor acts at the last step only). The hypotheses must carry their end token where decoding
+    ended there (`return_end_token=True`, as `decoding_options` sets): a row that ended by itself is then shorter
+    than the limit or already ends with it."""
     if eos_token is None:
         return hypotheses
     return [
