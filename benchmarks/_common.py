@@ -7,6 +7,7 @@ drift over minutes then hits both alike, and ratios are taken per repeat.
 
 from __future__ import annotations
 
+import argparse
 import functools
 import os
 import platform
@@ -31,6 +32,7 @@ __all__ = [
     "TimedCall",
     "add_demo_pair_arguments",
     "load_demo_pair",
+    "positive_int",
     "print_header",
     "read_sources",
     "with_range",
@@ -38,6 +40,14 @@ __all__ = [
 
 # greedy decoding of one demo sentence, as the main job runs it (speculative runs add their own arguments)
 GREEDY_KWARGS = dict(do_sample=False, num_beams=1, max_new_tokens=96)
+
+
+def positive_int(text: str) -> int:
+    """An `argparse` type: an integer of at least 1 (counts, threads, repeats)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
 
 
 def print_header(repeats: int) -> None:

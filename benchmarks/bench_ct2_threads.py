@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import torch
-from _common import GREEDY_KWARGS, print_header, read_sources, with_range
+from _common import GREEDY_KWARGS, positive_int, print_header, read_sources, with_range
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from specdec_hf.evaluation.ctranslate2_peer import (
@@ -34,12 +34,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--verifier", default="models/demo-en-de/verifier")
     parser.add_argument("--data", default="models/demo-en-de/heldout_test.jsonl")
-    parser.add_argument("--limit", type=_positive, default=100, help="Sentences (the first N rows).")
-    parser.add_argument("--ct2_threads", type=_positive, nargs="+", default=[1, 2])
+    parser.add_argument("--limit", type=positive_int, default=100, help="Sentences (the first N rows).")
+    parser.add_argument("--ct2_threads", type=positive_int, nargs="+", default=[1, 2])
     parser.add_argument("--compute_types", nargs="+", default=["float32", "int8"])
-    parser.add_argument("--torch_threads", type=_positive, default=2, help="HF greedy's threads.")
-    parser.add_argument("--repeats", type=_positive, default=5)
-    parser.add_argument("--max_new_tokens", type=_positive, default=GREEDY_KWARGS["max_new_tokens"])
+    parser.add_argument("--torch_threads", type=positive_int, default=2, help="HF greedy's threads.")
+    parser.add_argument("--repeats", type=positive_int, default=5)
+    parser.add_argument("--max_new_tokens", type=positive_int, default=GREEDY_KWARGS["max_new_tokens"])
     parser.add_argument("--output_dir", default="outputs/bench_ct2_threads", help="Where the conversion goes.")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.torch_threads)
@@ -85,13 +85,6 @@ def main(argv: list[str] | None = None) -> dict:
         result[name] = {"times_s": values, "speedups": speedups}
         print(f"| {name} | {with_range(values, 2)} | {with_range(speedups, 2, suffix='×')} |")
     return result
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 import transformers
+from _common import positive_int
 
 from specdec_hf.data.loading import DataArguments, load_text_pairs, sample_indices
 from specdec_hf.data.tokenization import default_source_prefix
@@ -334,14 +335,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--source_lang", default="en", help="Source language of the rows' `translation`.")
     parser.add_argument("--target_lang", default="de", help="Target language of the rows' `translation`.")
     parser.add_argument(
-        "--limit", type=_positive, default=100, help="Test rows: the first N; validation rows: N drawn at random."
+        "--limit", type=positive_int, default=100, help="Test rows: the first N; validation rows: N drawn at random."
     )
-    parser.add_argument("--num_draft_tokens", type=_positive, default=4, help="k of the speculative rows (β=1, τ=0).")
-    parser.add_argument("--repeats", type=_positive, default=3, help="Timed passes over every row, interleaved.")
-    parser.add_argument("--max_new_tokens", type=_positive, default=96, help="Generation length limit.")
-    parser.add_argument("--num_threads", type=_positive, default=2, help="torch's CPU threads.")
     parser.add_argument(
-        "--ct2_threads", type=_positive, default=None, help="CTranslate2's intra-op threads (default: --num_threads)."
+        "--num_draft_tokens", type=positive_int, default=4, help="k of the speculative rows (β=1, τ=0)."
+    )
+    parser.add_argument("--repeats", type=positive_int, default=3, help="Timed passes over every row, interleaved.")
+    parser.add_argument("--max_new_tokens", type=positive_int, default=96, help="Generation length limit.")
+    parser.add_argument("--num_threads", type=positive_int, default=2, help="torch's CPU threads.")
+    parser.add_argument(
+        "--ct2_threads",
+        type=positive_int,
+        default=None,
+        help="CTranslate2's intra-op threads (default: --num_threads).",
     )
     parser.add_argument(
         "--ct2", action="store_true",
@@ -367,13 +373,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         except ImportError as err:
             parser.error(f"argument --ct2: {err}")
     return args
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
