@@ -248,7 +248,8 @@ def compare(args: argparse.Namespace, command: str) -> dict[str, Any]:
     if args.validation_files:
         splits["validation"] = load_rows(args.validation_files, "validation", args, seed=VALIDATION_SEED)
     torch.set_num_threads(args.num_threads)
-    machine = check_machine_load(args.num_threads)  # what else keeps the cores busy, for the header
+    # what else keeps the cores busy, for the header; the runs take turns, so the busiest sets the cores needed
+    machine = check_machine_load(max(args.num_threads, (args.ct2_threads or 0) if args.ct2 else 0))
 
     with contextlib.ExitStack() as workers:  # CTranslate2 worker processes, stopped however the run ends
         # 2. Every pair's rows; 3. each once per split, instrumented (the warm-up, the outputs).

@@ -121,10 +121,13 @@ def _evaluate(args: EvaluationArguments, data_args: DataArguments, peers: contex
     # 1. Checks that need no model: strategies (parsed with the arguments), output directory, data; the machine.
     if args.num_threads:
         torch.set_num_threads(args.num_threads)
-    machine_load = check_machine_load(torch.get_num_threads())
     set_seed(args.seed)
     device = resolve_device(args.device)
     strategies = args.resolved_strategies
+    # the runs take turns, so the busiest of them sets how many idle cores the timings need
+    ct2_threads = args.ct2_threads or args.num_threads or torch.get_num_threads()
+    uses_ct2 = any(s.kind == "ctranslate2" for s in strategies)
+    machine_load = check_machine_load(max(torch.get_num_threads(), ct2_threads if uses_ct2 else 0))
     output_dir = check_output_dir(args.output_dir)
     split = data_args.test_split
     pairs = load_text_pairs(data_args, split)
@@ -142,9 +145,8 @@ def _evaluate(args: EvaluationArguments, data_args: DataArguments, peers: contex
     )
     ct2_strategies = [s for s in strategies if s.kind == "ctranslate2"]
     if ct2_strategies:
-        threads = args.ct2_threads or args.num_threads or torch.get_num_threads()
         models.ct2_workers = start_ct2_workers(
-            ct2_strategies, verifier, tokenizer, args.verifier_name_or_path, output_dir, threads, peers
+            ct2_strategies, verifier, tokenizer, args.verifier_name_or_path, output_dir, ct2_threads, peers
         )
 
     # 3. Inputs, tokenised once.

@@ -207,11 +207,18 @@ def test_repeated_pair_names_are_refused(pairs, capsys):
     assert "argument --pair: the names must differ, got ['v2', 'v2']" in capsys.readouterr().err
 
 
-def test_ct2_row_for_the_pad_last_pair_only(pairs, tmp_path):
+def test_ct2_row_for_the_pad_last_pair_only(pairs, tmp_path, monkeypatch):
     pytest.importorskip("ctranslate2")
-    record = load_script().main(
-        argv(tmp_path, f"v1={pairs['v1']}", f"v2={pairs['v2']}", limit=3, repeats=1) + ["--ct2"]
+    script = load_script()
+    checked_threads = []
+    check = script.check_machine_load
+    monkeypatch.setattr(
+        script, "check_machine_load", lambda threads: checked_threads.append(threads) or check(threads)
     )
+    record = script.main(
+        argv(tmp_path, f"v1={pairs['v1']}", f"v2={pairs['v2']}", limit=3, repeats=1) + ["--ct2", "--ct2_threads", "2"]
+    )
+    assert checked_threads == [2]  # the idle cores the timings need: CTranslate2's 2 threads, not torch's 1
     rows = record["rows"]
     assert list(rows) == ["v1 greedy", f"v1 {SPECULATIVE}", "v2 greedy", f"v2 {SPECULATIVE}", "v2 ct2 float32"]
     ct2 = rows["v2 ct2 float32"]

@@ -12,7 +12,7 @@ from conftest import build_word_tokenizer
 from transformers import MarianConfig, MarianMTModel
 
 from specdec_hf.data.vocabulary_layout import pad_last_permutation, relayout_tokenizer
-from specdec_hf.evaluation import ctranslate2_peer, parse_evaluation_arguments, run_evaluation
+from specdec_hf.evaluation import ctranslate2_peer, parse_evaluation_arguments, run_evaluation, runner
 from specdec_hf.evaluation.ctranslate2_peer import (
     CTranslate2Worker,
     check_marian_layout,
@@ -167,13 +167,19 @@ def _evaluate_argv(tmp_path, model_dir: Path, strategies: list[str]) -> list[str
     ]  # fmt: skip
 
 
-def test_evaluate_runs_ct2_strategies_next_to_greedy(tmp_path):
+def test_evaluate_runs_ct2_strategies_next_to_greedy(tmp_path, monkeypatch):
     pytest.importorskip("ctranslate2")
     model, tokenizer = marian_pair()
     model.save_pretrained(tmp_path / "verifier")
     tokenizer.save_pretrained(tmp_path / "verifier")
+    checked_threads = []
+    check = runner.check_machine_load
+    monkeypatch.setattr(
+        runner, "check_machine_load", lambda threads: checked_threads.append(threads) or check(threads)
+    )
     argv = _evaluate_argv(tmp_path, tmp_path / "verifier", STRATEGIES) + ["--ct2_threads", "2"]
     data = run_evaluation(*parse_evaluation_arguments(argv))
+    assert checked_threads == [2]  # the idle cores the timings need: CTranslate2's 2 threads, not torch's 1
     strategies = data["strategies"]
     assert set(strategies) == {"greedy", *STRATEGIES}
     assert strategies["ct2"]["identical_to_greedy"] == 1.0  # float32: the same greedy outputs
