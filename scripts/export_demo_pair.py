@@ -29,6 +29,10 @@ from specdec_hf.data.loading import sample_indices
 from specdec_hf.dtypes import TORCH_DTYPES
 from specdec_hf.training import drafter_card_data
 
+# where scripts/build_demo_pair.sh extracts the previous demo pair (its git tag), which pair v2 grows from
+PREVIOUS_PAIR_DIR = Path("runs/demo_pair_v1")
+PREVIOUS_PAIR_TAG = "demo-v1"
+
 NOTICE = """Sources and licences of heldout_test.jsonl and heldout_validation.jsonl (sentences from the test and
 validation splits of the corpus built by `python -m specdec_hf.data.debian_corpus --task translation`), and of the
 data the models were trained on:
@@ -79,11 +83,15 @@ trained by `scripts/train_demo_verifier.py --config {config}`{origin} on the ver
 
 
 def training_origin(config: Path) -> str:
-    """The card's words for where a model's training started: from scratch, or grown from another model."""
+    """The card's words for where a model's training started: from scratch, or grown from another model (named as
+    the previous demo pair where it lies where `scripts/build_demo_pair.sh` extracts that pair's git tag)."""
     init_from = (yaml.safe_load(config.read_text()) or {}).get("init_from")
     if not init_from:
         return ", from scratch"
-    return f", starting from copies of the layers of `{init_from}` (the previous demo pair, git tag demo-v1)"
+    origin = f", starting from copies of the layers of `{init_from}`"
+    if Path(init_from).is_relative_to(PREVIOUS_PAIR_DIR):
+        origin += f" (the previous demo pair, git tag {PREVIOUS_PAIR_TAG})"
+    return origin
 
 
 def export_seq2seq(

@@ -90,3 +90,21 @@ def test_held_out_slice_is_evaluates_draw_and_refuses_an_incomplete_row(tmp_path
     split.write_text("\n".join([*lines, json.dumps({"translation": {"en": "x", "de": " "}})]), encoding="utf-8")
     with pytest.raises(ValueError, match=r"validation.jsonl, line 10: an empty or missing translation.en or"):
         export_script.export_heldout(split, tmp_path / "slice.jsonl", 3, 0)
+
+
+@pytest.mark.parametrize(
+    ("init_from", "origin"),
+    [
+        (None, ", from scratch"),
+        (
+            "runs/demo_pair_v1/verifier",
+            ", starting from copies of the layers of `runs/demo_pair_v1/verifier` (the previous demo pair, git tag "
+            "demo-v1)",
+        ),
+        ("runs/demo_verifier_v2/best", ", starting from copies of the layers of `runs/demo_verifier_v2/best`"),
+    ],
+)
+def test_card_names_the_previous_pair_only_for_a_model_grown_from_it(tmp_path, export_script, init_from, origin):
+    config = tmp_path / "config.yaml"
+    config.write_text("d_model: 16\n" + (f"init_from: {init_from}\n" if init_from else ""))
+    assert export_script.training_origin(config) == origin

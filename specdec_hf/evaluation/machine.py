@@ -75,7 +75,8 @@ def shared_machine_warning(load: float, cpu_count: int, threads: int) -> str | N
     Args:
         load (`float`): Cores other processes keep busy before the run (`busy_cores`, or the 1-minute load average).
         cpu_count (`int`): Logical cores of the machine.
-        threads (`int`): Threads the run computes with (`torch.get_num_threads()`).
+        threads (`int`): Threads the run computes with: torch's, or a peer runtime's where it takes more
+            (the evaluation's CTranslate2 rows, `ct2_threads`).
 
     Returns:
         `str` or `None`: the warning, naming the figures.
@@ -86,7 +87,7 @@ def shared_machine_warning(load: float, cpu_count: int, threads: int) -> str | N
     return (
         f"load {load:.2f} on {cpu_count} CPU cores before the run, which needs {threads} of them: other "
         f"processes compete for its cores, so its timings drift with theirs. Strategies are timed interleaved, "
-        f"which keeps speed-ups paired, but prefer an idle machine or fewer `num_threads`."
+        f"which keeps speed-ups paired, but prefer an idle machine or fewer threads (`num_threads`, `ct2_threads`)."
     )
 
 

@@ -124,10 +124,10 @@ def _evaluate(args: EvaluationArguments, data_args: DataArguments, peers: contex
     set_seed(args.seed)
     device = resolve_device(args.device)
     strategies = args.resolved_strategies
-    # the runs take turns, so the busiest of them sets how many idle cores the timings need
+    ct2_strategies = [s for s in strategies if s.kind == "ctranslate2"]
     ct2_threads = args.ct2_threads or args.num_threads or torch.get_num_threads()
-    uses_ct2 = any(s.kind == "ctranslate2" for s in strategies)
-    machine_load = check_machine_load(max(torch.get_num_threads(), ct2_threads if uses_ct2 else 0))
+    # the runs take turns, so the busiest of them sets how many idle cores the timings need
+    machine_load = check_machine_load(max(torch.get_num_threads(), ct2_threads if ct2_strategies else 0))
     output_dir = check_output_dir(args.output_dir)
     split = data_args.test_split
     pairs = load_text_pairs(data_args, split)
@@ -143,7 +143,6 @@ def _evaluate(args: EvaluationArguments, data_args: DataArguments, peers: contex
     check_models(
         verifier, tokenizer, models.drafters, args.drafters, models.assistant, strategies, args.max_new_tokens
     )
-    ct2_strategies = [s for s in strategies if s.kind == "ctranslate2"]
     if ct2_strategies:
         models.ct2_workers = start_ct2_workers(
             ct2_strategies, verifier, tokenizer, args.verifier_name_or_path, output_dir, ct2_threads, peers

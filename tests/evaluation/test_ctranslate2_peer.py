@@ -191,6 +191,20 @@ def test_evaluate_runs_ct2_strategies_next_to_greedy(tmp_path, monkeypatch):
     assert "| ct2 |" in (tmp_path / "out" / "results.md").read_text()
 
 
+def test_evaluate_without_ct2_rows_checks_the_load_for_torch_threads_alone(tmp_path, monkeypatch):
+    model, tokenizer = marian_pair()
+    model.save_pretrained(tmp_path / "verifier")
+    tokenizer.save_pretrained(tmp_path / "verifier")
+    checked_threads = []
+    check = runner.check_machine_load
+    monkeypatch.setattr(
+        runner, "check_machine_load", lambda threads: checked_threads.append(threads) or check(threads)
+    )
+    argv = _evaluate_argv(tmp_path, tmp_path / "verifier", ["greedy"]) + ["--ct2_threads", "2"]
+    run_evaluation(*parse_evaluation_arguments(argv))
+    assert checked_threads == [1]  # no CTranslate2 row: its threads never run
+
+
 def test_evaluate_refuses_ct2_for_a_pad_first_verifier_before_decoding(tmp_path):
     pytest.importorskip("ctranslate2")
     model, tokenizer = marian_pair(pad_last=False)
