@@ -167,16 +167,20 @@ def _evaluate_argv(tmp_path, model_dir: Path, strategies: list[str]) -> list[str
     ]  # fmt: skip
 
 
-def test_evaluate_runs_ct2_strategies_next_to_greedy(tmp_path, monkeypatch):
+@pytest.fixture
+def checked_threads(monkeypatch) -> list[int]:
+    """The thread counts the evaluation's machine-load check is called with, in order."""
+    counts = []
+    check = runner.check_machine_load
+    monkeypatch.setattr(runner, "check_machine_load", lambda threads: counts.append(threads) or check(threads))
+    return counts
+
+
+def test_evaluate_runs_ct2_strategies_next_to_greedy(tmp_path, checked_threads):
     pytest.importorskip("ctranslate2")
     model, tokenizer = marian_pair()
     model.save_pretrained(tmp_path / "verifier")
     tokenizer.save_pretrained(tmp_path / "verifier")
-    checked_threads = []
-    check = runner.check_machine_load
-    monkeypatch.setattr(
-        runner, "check_machine_load", lambda threads: checked_threads.append(threads) or check(threads)
-    )
     argv = _evaluate_argv(tmp_path, tmp_path / "verifier", STRATEGIES) + ["--ct2_threads", "2"]
     data = run_evaluation(*parse_evaluation_arguments(argv))
     assert checked_threads == [2]  # the idle cores the timings need: CTranslate2's 2 threads, not torch's 1
@@ -191,15 +195,10 @@ def test_evaluate_runs_ct2_strategies_next_to_greedy(tmp_path, monkeypatch):
     assert "| ct2 |" in (tmp_path / "out" / "results.md").read_text()
 
 
-def test_evaluate_without_ct2_rows_checks_the_load_for_torch_threads_alone(tmp_path, monkeypatch):
+def test_evaluate_without_ct2_rows_checks_the_load_for_torch_threads_alone(tmp_path, checked_threads):
     model, tokenizer = marian_pair()
     model.save_pretrained(tmp_path / "verifier")
     tokenizer.save_pretrained(tmp_path / "verifier")
-    checked_threads = []
-    check = runner.check_machine_load
-    monkeypatch.setattr(
-        runner, "check_machine_load", lambda threads: checked_threads.append(threads) or check(threads)
-    )
     argv = _evaluate_argv(tmp_path, tmp_path / "verifier", ["greedy"]) + ["--ct2_threads", "2"]
     run_evaluation(*parse_evaluation_arguments(argv))
     assert checked_threads == [1]  # no CTranslate2 row: its threads never run
