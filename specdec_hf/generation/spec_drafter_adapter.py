@@ -63,6 +63,9 @@ class ReducedHeadProposal(DraftProposal):
         state: The drafter's updated state.
         head_ids (`torch.LongTensor` of shape `(head_size,)`): The verifier id of each head row.
         vocab_size (`int`): The verifier's vocabulary size.
+        head_rows (`torch.LongTensor` of shape `(vocab_size,)`, *optional*): The inverse of `head_ids`: the head
+            row of each verifier id, -1 outside the head ([`head_rows_of`]). Built from `head_ids` when first needed
+            if not given; a drafter that proposes many times passes one it made once.
     """
 
     def __init__(
@@ -72,6 +75,7 @@ class ReducedHeadProposal(DraftProposal):
         state,
         head_ids: torch.LongTensor,
         vocab_size: int,
+        head_rows: torch.LongTensor | None = None,
     ):
         self.draft_ids = draft_ids
         self.head_logits = head_logits
@@ -79,6 +83,7 @@ class ReducedHeadProposal(DraftProposal):
         self.draft_confidence = None
         self.head_ids = head_ids
         self.vocab_size = vocab_size
+        self.head_rows = head_rows
         self._draft_logits = None
 
     @property
@@ -99,11 +104,18 @@ class ReducedHeadProposal(DraftProposal):
             return self.draft_confidence
         width = min(self.draft_ids.shape[1], self.head_logits.shape[1])
         logits = self.head_logits[:, :width]
-        head_ids = self.head_ids.to(logits.device)
-        # verifier id -> row of the head, -1 outside it
-        head_columns = torch.full((self.vocab_size,), -1, dtype=torch.long, device=logits.device)
-        head_columns[head_ids] = torch.arange(head_ids.shape[0], device=logits.device)
-        return softmax_at(logits, head_columns[self.draft_ids[:, :width].to(logits.device)])
+        if self.head_rows is None:
+            self.head_rows = head_rows_of(self.head_ids, self.vocab_size)
+        head_rows = self.head_rows.to(logits.device)
+        return softmax_at(logits, head_rows[self.draft_ids[:, :width].to(logits.device)])
+
+
+def head_rows_of(head_ids: torch.LongTensor, vocab_size: int) -> torch.LongTensor:
+    """The head row of each of the `vocab_size` verifier ids, -1 for ids outside a reduced head whose rows score
+    `head_ids`."""
+    head_rows = torch.full((vocab_size,), -1, dtype=torch.long, device=head_ids.device)
+    head_rows[head_ids] = torch.arange(head_ids.shape[0], device=head_ids.device)
+    return head_rows
 
 
 class SpecDrafterAdapter(Drafter):
@@ -127,6 +139,8 @@ class SpecDrafterAdapter(Drafter):
         self.verifier_state_layers = config.verifier_state_layers
         self.causal_prefix = config.prefix_attention == "causal"
         self.head_ids = model.draft_vocab_ids
+        # the inverse map the proposals' confidence reads, made once per generate() rather than per draft
+        self.head_rows = None if self.head_ids is None else head_rows_of(self.head_ids, config.vocab_size)
         self.chain_rows = None  # verifier id -> row of the draft chain's token table
         if model.draft_chain is not None:
             self.chain_rows = model.draft_chain_rows(
@@ -259,7 +273,9 @@ class SpecDrafterAdapter(Drafter):
         head_argmax = head_logits.argmax(dim=-1)
         if self.head_ids is None:
             return DraftProposal(draft_ids=head_argmax, draft_logits=head_logits, state=state)
-        return ReducedHeadProposal(self.head_ids[head_argmax], head_logits, state, self.head_ids, self.vocab_size)
+        return ReducedHeadProposal(
+            self.head_ids[head_argmax], head_logits, state, self.head_ids, self.vocab_size, self.head_rows
+        )
 
     def _previous_states(
         self, verifier_states: torch.FloatTensor | None, batch_size: int, cache_length: int, max_length: int

@@ -7,7 +7,7 @@ import torch
 from conftest import VOCAB_SIZE, build_verifier, make_source_batch
 from oracle_drafters import ConfidentOracleDrafter
 
-from specdec_hf import SpecDrafterModel, speculative_generate
+from specdec_hf import SpecDrafterAdapter, SpecDrafterModel, speculative_generate
 from specdec_hf.drafting import DraftProposal, softmax_at
 from specdec_hf.generation import ReducedHeadProposal
 from specdec_hf.generation.speculative_loop import confident_draft_counts
@@ -50,6 +50,25 @@ def test_proposal_confidence_from_logits():
     wide = _reduced_head_proposal(torch.tensor([[9, 5, 3]]), logits.bfloat16(), head_ids=[7, 3, 5], vocab_size=10)
     torch.testing.assert_close(wide.confidence(), torch.tensor([[0.0, 0.8]]), atol=1e-2, rtol=0)
     assert DraftProposal(torch.tensor([[1, 2]]), None, None).confidence() is None
+
+
+def test_reduced_head_proposals_share_the_adapters_id_map():
+    """The adapter inverts the head's ids once; its proposals read that map and score as a proposal left to make
+    its own."""
+    model = build_verifier("bart")
+    drafter = SpecDrafterModel.from_verifier(model, max_draft_tokens=3, decoder_layers=1, draft_vocab_ids=[9, 4, 30])
+    adapter = SpecDrafterAdapter(drafter.eval())
+    inputs = make_source_batch(2, seed=1, pad_token_id=model.config.pad_token_id)
+    encoder_states = model.get_encoder()(**inputs).last_hidden_state
+    state = adapter.init_drafting_state(inputs["input_ids"], inputs["attention_mask"], encoder_states)
+    start = torch.full((2, 1), model.config.decoder_start_token_id)
+    proposals = [adapter.propose(state, start, torch.tensor([1, 1]), 3) for _ in range(2)]
+    assert proposals[0].head_rows is proposals[1].head_rows is adapter.head_rows
+    assert adapter.head_rows[[9, 4, 30]].tolist() == [0, 1, 2] and adapter.head_rows.eq(-1).sum() == VOCAB_SIZE - 3
+    own_map = ReducedHeadProposal(
+        proposals[0].draft_ids, proposals[0].head_logits, None, proposals[0].head_ids, VOCAB_SIZE
+    )
+    torch.testing.assert_close(proposals[0].confidence(), own_map.confidence())
 
 
 @pytest.mark.parametrize("reduced_head", [False, True], ids=["full_head", "reduced_head"])
