@@ -184,7 +184,7 @@ def load_pair(
     output_dir = Path(args.output_dir) / "ct2" / name  # converted once, reused while the weights are the same
     verifier_dir = str(directory / "verifier")
     models.ct2_workers = ctranslate2_peer.start_ct2_workers(
-        [ct2], verifier, tokenizer, verifier_dir, output_dir, args.ct2_threads or args.num_threads, workers
+        [ct2], verifier, tokenizer, verifier_dir, output_dir, args.ct2_threads, workers
     )
     return [*rows, Row(f"{name} ct2 float32", name, ct2, {}, models, eos_ids, batches)], ""
 
@@ -249,7 +249,7 @@ def compare(args: argparse.Namespace, command: str) -> dict[str, Any]:
         splits["validation"] = load_rows(args.validation_files, "validation", args, seed=VALIDATION_SEED)
     torch.set_num_threads(args.num_threads)
     # what else keeps the cores busy, for the header; the runs take turns, so the busiest sets the cores needed
-    machine = check_machine_load(max(args.num_threads, (args.ct2_threads or 0) if args.ct2 else 0))
+    machine = check_machine_load(max(args.num_threads, args.ct2_threads if args.ct2 else 0))
 
     with contextlib.ExitStack() as workers:  # CTranslate2 worker processes, stopped however the run ends
         # 2. Every pair's rows; 3. each once per split, instrumented (the warm-up, the outputs).
@@ -267,7 +267,7 @@ def compare(args: argparse.Namespace, command: str) -> dict[str, Any]:
 
     header = [
         f"machine: {cpu_model()}, {os.cpu_count()} logical cores; threads: torch {args.num_threads}"
-        + (f", CTranslate2 {args.ct2_threads or args.num_threads}" if args.ct2 else ""),
+        + (f", CTranslate2 {args.ct2_threads}" if args.ct2 else ""),
         f"torch {torch.__version__}, transformers {transformers.__version__}; CPU, batch size 1, max_new_tokens "
         f"{args.max_new_tokens}; verifiers float32, drafters {args.drafter_dtype}, "
         f"{'linear layers prepacked where measured faster' if args.prepack_linear else 'plain linear layers'}",
@@ -365,6 +365,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--drafter_dtype", default="float32", choices=list(TORCH_DTYPES), help="The drafters' weights."
     )
     args = parser.parse_args(argv)
+    if args.ct2_threads is None:
+        args.ct2_threads = args.num_threads
     names = [name for name, _ in args.pair]
     if len(set(names)) != len(names):
         parser.error(f"argument --pair: the names must differ, got {names}")

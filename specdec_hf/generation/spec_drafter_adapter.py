@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from ..drafting import Drafter, DraftProposal, softmax_at
 from ..models import SpecDrafterModel
-from ..models.modeling_spec_drafter import expand_encoder_attention_mask
+from ..models.modeling_spec_drafter import expand_encoder_attention_mask, head_rows_of
 
 __all__ = ["ReducedHeadProposal", "SpecDrafterAdapter", "SpecDrafterState", "as_drafter"]
 
@@ -64,8 +64,8 @@ class ReducedHeadProposal(DraftProposal):
         head_ids (`torch.LongTensor` of shape `(head_size,)`): The verifier id of each head row.
         vocab_size (`int`): The verifier's vocabulary size.
         head_rows (`torch.LongTensor` of shape `(vocab_size,)`, *optional*): The inverse of `head_ids`: the head
-            row of each verifier id, -1 outside the head ([`head_rows_of`]). Built from `head_ids` when first needed
-            if not given; a drafter that proposes many times passes one it made once.
+            row of each verifier id, -1 outside the head (`modeling_spec_drafter.head_rows_of`). Built from
+            `head_ids` when first needed if not given; a drafter that proposes many times passes one it made once.
     """
 
     def __init__(
@@ -108,14 +108,6 @@ class ReducedHeadProposal(DraftProposal):
             self.head_rows = head_rows_of(self.head_ids, self.vocab_size)
         head_rows = self.head_rows.to(logits.device)
         return softmax_at(logits, head_rows[self.draft_ids[:, :width].to(logits.device)])
-
-
-def head_rows_of(head_ids: torch.LongTensor, vocab_size: int) -> torch.LongTensor:
-    """The head row of each of the `vocab_size` verifier ids, -1 for ids outside a reduced head whose rows score
-    `head_ids`."""
-    head_rows = torch.full((vocab_size,), -1, dtype=torch.long, device=head_ids.device)
-    head_rows[head_ids] = torch.arange(head_ids.shape[0], device=head_ids.device)
-    return head_rows
 
 
 class SpecDrafterAdapter(Drafter):

@@ -71,6 +71,14 @@ def expand_encoder_attention_mask(attention_mask: torch.Tensor | None) -> torch.
     return None if attention_mask is None else attention_mask.bool()[:, None, None, :]
 
 
+def head_rows_of(head_ids: torch.LongTensor, vocab_size: int) -> torch.LongTensor:
+    """The head row of each of the `vocab_size` verifier ids, -1 for ids outside a reduced head whose rows score
+    `head_ids`."""
+    head_rows = torch.full((vocab_size,), -1, dtype=torch.long, device=head_ids.device)
+    head_rows[head_ids] = torch.arange(head_ids.shape[0], device=head_ids.device)
+    return head_rows
+
+
 class SpecDrafterDecoder(nn.Module):
     """The drafting decoder: [prefix tokens + k mask slots] -> hidden states of the k mask slots.
 
@@ -393,11 +401,8 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel):
         """Map verifier ids (and -100) to rows of the LM head; ids outside a reduced vocabulary become -100."""
         if self.draft_vocab_ids is None:
             return token_ids
-        index = torch.full((self.config.vocab_size,), -100, dtype=torch.long, device=token_ids.device)
-        index[self.draft_vocab_ids.to(token_ids.device)] = torch.arange(
-            self.draft_vocab_ids.shape[0], device=token_ids.device
-        )
-        return torch.where(token_ids >= 0, index[token_ids.clamp(min=0)], -100)
+        rows = head_rows_of(self.draft_vocab_ids.to(token_ids.device), self.config.vocab_size)[token_ids.clamp(min=0)]
+        return torch.where((token_ids >= 0) & (rows >= 0), rows, -100)
 
     def from_draft_vocab(self, head_index: torch.LongTensor) -> torch.LongTensor:
         """Map rows of the LM head (e.g. an argmax) back to verifier ids."""
@@ -711,4 +716,10 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel):
         return tied
 
 
-__all__ = ["SpecDrafterModel", "SpecDrafterOutput", "SpecDrafterPreTrainedModel", "expand_encoder_attention_mask"]
+__all__ = [
+    "SpecDrafterModel",
+    "SpecDrafterOutput",
+    "SpecDrafterPreTrainedModel",
+    "expand_encoder_attention_mask",
+    "head_rows_of",
+]
