@@ -11,7 +11,8 @@ python scripts/train_demo_verifier.py --config configs/demo/verifier_en_de.yaml 
 ```
 
 Outputs in `output_dir`: `tokenizer/`, `checkpoint-last/` (model + tokenizer + `trainer_state.pt`), `best/` (best
-greedy validation BLEU so far, with `eval_results.json`) and `train.log`.
+greedy validation BLEU so far, with `eval_results.json`; evaluated every `eval_every_minutes`, or every
+`eval_every_steps` for a rerun that evaluates the same steps on any machine) and `train.log`.
 """
 
 from __future__ import annotations
@@ -73,6 +74,13 @@ class DemoVerifierArguments:
     log_every_steps: int = field(default=20, metadata={"help": "Steps between log lines."})
     save_every_minutes: float = field(default=10.0, metadata={"help": "Wall minutes between checkpoints."})
     eval_every_minutes: float = field(default=30.0, metadata={"help": "Wall minutes between BLEU evaluations."})
+    eval_every_steps: int | None = field(
+        default=None,
+        metadata={
+            "help": "Steps between BLEU evaluations, in place of eval_every_minutes: a rerun then evaluates, and "
+            "saves `best` from, the same steps on any machine."
+        },
+    )
     eval_samples: int = field(default=300, metadata={"help": "First N validation sentences used for BLEU."})
     eval_batch_size: int = field(default=50, metadata={"help": "Sentences per generation batch."})
     max_train_examples: int | None = field(default=None, metadata={"help": "Debug: use only the first N pairs."})
@@ -110,6 +118,8 @@ class DemoVerifierArguments:
             raise ValueError(f"tokenizer_model must be 'unigram' or 'bpe', got {self.tokenizer_model!r}")
         if self.d_model % self.attention_heads:
             raise ValueError("d_model must be divisible by attention_heads")
+        if self.eval_every_steps is not None and self.eval_every_steps < 1:
+            raise ValueError(f"eval_every_steps must be at least 1 (or unset), got {self.eval_every_steps}")
         if self.max_tokens_per_sentence > self.max_position_embeddings:
             raise ValueError("max_tokens_per_sentence must not exceed max_position_embeddings")
         if self.generation_max_length > self.max_position_embeddings:
@@ -571,7 +581,11 @@ def training_function(args: DemoVerifierArguments) -> None:
                 window_loss, window_tokens, window_start = 0.0, 0, now
             if stop or state["elapsed"] > args.max_hours * 3600:
                 break
-            if time.time() - last_eval > args.eval_every_minutes * 60:
+            if args.eval_every_steps is not None:
+                evaluation_due = state["step"] % args.eval_every_steps == 0
+            else:
+                evaluation_due = time.time() - last_eval > args.eval_every_minutes * 60
+            if evaluation_due:
                 run_evaluation()
                 last_eval = time.time()
             if time.time() - last_save > args.save_every_minutes * 60:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
+import pytest
 import torch
 from conftest import build_word_tokenizer, load_repository_script
 from transformers import MarianMTModel
@@ -52,6 +54,24 @@ def test_pad_row_stays_zero_through_training_and_pad_is_banned(tmp_path):
     assert model.generation_config.bad_words_ids == [[pad]]
     # a run ending at max_steps evaluates its last step (the periodic evaluation never came), so best/ holds a model
     assert json.loads((tmp_path / "run" / "best" / "eval_results.json").read_text())["step"] == 4
+
+
+def test_evaluation_by_steps_lands_on_the_same_steps(tmp_path):
+    script = load_script()
+    data = _workspace(tmp_path)
+    argv = ["--data_dir", str(data), "--output_dir", str(tmp_path / "run"), "--tokenizer_name_or_path",
+            str(tmp_path / "tokenizer"), "--encoder_layers", "1", "--decoder_layers", "1", "--max_steps", "5",
+            "--eval_every_steps", "2", *TINY]  # fmt: skip
+    script.training_function(script.parse_args(argv))
+    log = (tmp_path / "run" / "train.log").read_text()
+    # every second step, whatever the wall clock (TINY's eval_every_minutes would never come), then the last step
+    assert re.findall(r"eval step (\d+):", log) == ["2", "4", "5"]
+
+
+def test_evaluation_every_zero_steps_is_refused():
+    script = load_script()
+    with pytest.raises(ValueError, match="eval_every_steps must be at least 1"):
+        script.parse_args(["--data_dir", "d", "--output_dir", "o", "--eval_every_steps", "0"])
 
 
 def test_label_smoothing_leaves_pad_out():
