@@ -64,8 +64,9 @@ class ReducedHeadProposal(DraftProposal):
         head_ids (`torch.LongTensor` of shape `(head_size,)`): The verifier id of each head row.
         vocab_size (`int`): The verifier's vocabulary size.
         head_rows (`torch.LongTensor` of shape `(vocab_size,)`, *optional*): The inverse of `head_ids`: the head
-            row of each verifier id, -1 outside the head (`modeling_spec_drafter.head_rows_of`). Built from
-            `head_ids` when first needed if not given; a drafter that proposes many times passes one it made once.
+            row of each verifier id, -1 outside the head ([`~models.modeling_spec_drafter.head_rows_of`]). Built
+            from `head_ids` when first needed if not given; a drafter that proposes many times passes one it made
+            once.
     """
 
     def __init__(
@@ -114,8 +115,8 @@ class SpecDrafterAdapter(Drafter):
     """Drafts with a [`SpecDrafterModel`] through the drafting contract of :mod:`specdec_hf.drafting`.
 
     `generate(drafter=model)` wraps the model in one of these per call; build one yourself to call `propose`
-    directly (benchmarks, tests). The adapter keeps nothing between `generate()` calls: all per-call state is in the
-    [`SpecDrafterState`] it returns.
+    directly (benchmarks, tests). Besides maps derived from the model's head (remade when the head changes), the
+    adapter keeps nothing between `generate()` calls: all per-call state is in the [`SpecDrafterState`] it returns.
 
     Args:
         model ([`SpecDrafterModel`]): The drafter, in eval mode, on its device and dtype.
@@ -130,14 +131,25 @@ class SpecDrafterAdapter(Drafter):
         self.num_draft_tokens = config.num_draft_tokens or config.max_draft_tokens
         self.verifier_state_layers = config.verifier_state_layers
         self.causal_prefix = config.prefix_attention == "causal"
-        self.head_ids = model.draft_vocab_ids
-        # the inverse map the proposals' confidence reads, made once per generate() rather than per draft
-        self.head_rows = None if self.head_ids is None else head_rows_of(self.head_ids, config.vocab_size)
-        self.chain_rows = None  # verifier id -> row of the draft chain's token table
+        self._head_key = ()  # what the maps below were made from: never equal to a real key
+        self._refresh_head_maps()
+
+    def _refresh_head_maps(self) -> None:
+        """Keep `head_ids` (the verifier id of each row of a reduced head), `head_rows` (its inverse, which the
+        proposals' confidence reads) and `chain_rows` (verifier id -> row of the draft chain's token table) those of
+        the model's head now: made once, and again only when `draft_vocab_ids` is replaced or changed in place (a
+        `load_state_dict`, a re-laid vocabulary), so that a long-lived adapter never reads a stale map."""
+        model = self.model
+        head_ids = model.draft_vocab_ids
+        key = None if head_ids is None else (id(head_ids), head_ids.data_ptr(), head_ids._version)
+        if key == self._head_key:
+            return
+        self._head_key = key
+        self.head_ids = head_ids
+        self.head_rows = None if head_ids is None else head_rows_of(head_ids, self.vocab_size)
+        self.chain_rows = None
         if model.draft_chain is not None:
-            self.chain_rows = model.draft_chain_rows(
-                torch.arange(config.vocab_size, device=model.shared.weight.device)
-            )
+            self.chain_rows = model.draft_chain_rows(torch.arange(self.vocab_size, device=model.shared.weight.device))
 
     @torch.no_grad()
     def init_drafting_state(
@@ -227,6 +239,7 @@ class SpecDrafterAdapter(Drafter):
         """
         model = self.model
         num_draft_tokens = model.check_num_draft_tokens(num_draft_tokens)
+        self._refresh_head_maps()
         device = model.shared.weight.device
         prefix_lengths = prefix_lengths.to(device)
         lengths = prefix_lengths.tolist()

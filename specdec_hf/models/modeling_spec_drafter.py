@@ -72,8 +72,8 @@ def expand_encoder_attention_mask(attention_mask: torch.Tensor | None) -> torch.
 
 
 def head_rows_of(head_ids: torch.LongTensor, vocab_size: int) -> torch.LongTensor:
-    """The head row of each of the `vocab_size` verifier ids, -1 for ids outside a reduced head whose rows score
-    `head_ids`."""
+    """The inverse of a reduced head's ids: `out[head_ids[i]] = i` for each head row `i`, -1 for the other verifier
+    ids; `head_ids` must be distinct and below `vocab_size`."""
     head_rows = torch.full((vocab_size,), -1, dtype=torch.long, device=head_ids.device)
     head_rows[head_ids] = torch.arange(head_ids.shape[0], device=head_ids.device)
     return head_rows

@@ -71,6 +71,26 @@ def test_reduced_head_proposals_share_the_adapters_id_map():
     torch.testing.assert_close(proposals[0].confidence(), own_map.confidence())
 
 
+def test_adapter_remakes_its_maps_when_the_head_changes_in_place():
+    """A long-lived adapter follows its model's head: after `draft_vocab_ids` is rewritten in place (as
+    `load_state_dict` does), drafts and confidence read the new ids, not a map made from the old ones."""
+    model = build_verifier("bart")
+    drafter = SpecDrafterModel.from_verifier(model, max_draft_tokens=2, decoder_layers=1, draft_vocab_ids=[9, 4, 30])
+    adapter = SpecDrafterAdapter(drafter.eval())
+    inputs = make_source_batch(2, seed=1, pad_token_id=model.config.pad_token_id)
+    encoder_states = model.get_encoder()(**inputs).last_hidden_state
+    state = adapter.init_drafting_state(inputs["input_ids"], inputs["attention_mask"], encoder_states)
+    start = torch.full((2, 1), model.config.decoder_start_token_id)
+    adapter.propose(state, start, torch.tensor([1, 1]), 2).confidence()  # the maps of ids [9, 4, 30] in use
+    with torch.no_grad():
+        drafter.draft_vocab_ids.copy_(torch.tensor([40, 12, 7]))
+    proposal = adapter.propose(state, start, torch.tensor([1, 1]), 2)
+    rows = proposal.head_logits.argmax(dim=-1)
+    assert torch.equal(proposal.draft_ids, torch.tensor([40, 12, 7])[rows])
+    expected = torch.softmax(proposal.head_logits, dim=-1).gather(-1, rows[..., None]).squeeze(-1)
+    torch.testing.assert_close(proposal.confidence(), expected)
+
+
 @pytest.mark.parametrize("reduced_head", [False, True], ids=["full_head", "reduced_head"])
 def test_spec_drafter_confidence_truncates_and_keeps_greedy(reduced_head):
     """The Spec-Drafter reports no confidence of its own: the loop derives it from its logits and truncates."""
