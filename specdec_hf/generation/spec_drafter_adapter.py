@@ -141,7 +141,12 @@ class SpecDrafterAdapter(Drafter):
         `load_state_dict`, a re-laid vocabulary), so that a long-lived adapter never reads a stale map."""
         model = self.model
         head_ids = model.draft_vocab_ids
-        key = None if head_ids is None else (id(head_ids), head_ids.data_ptr(), head_ids._version)
+        if head_ids is None:
+            key = None
+        elif head_ids.is_inference():
+            key = object()  # a model made under torch.inference_mode: no version counter to key on, remade per call
+        else:
+            key = (id(head_ids), head_ids.data_ptr(), head_ids._version)
         if key == self._head_key:
             return
         self._head_key = key

@@ -71,18 +71,24 @@ def test_reduced_head_proposals_share_the_adapters_id_map():
     torch.testing.assert_close(proposals[0].confidence(), own_map.confidence())
 
 
-def test_adapter_remakes_its_maps_when_the_head_changes_in_place():
+@pytest.mark.parametrize("inference_buffer", [False, True], ids=["tracked", "inference_tensor"])
+def test_adapter_remakes_its_maps_when_the_head_changes_in_place(inference_buffer):
     """A long-lived adapter follows its model's head: after `draft_vocab_ids` is rewritten in place (as
-    `load_state_dict` does), drafts and confidence read the new ids, not a map made from the old ones."""
+    `load_state_dict` does), drafts and confidence read the new ids, not a map made from the old ones; also for a
+    buffer made under `torch.inference_mode`, which has no version counter."""
     model = build_verifier("bart")
     drafter = SpecDrafterModel.from_verifier(model, max_draft_tokens=2, decoder_layers=1, draft_vocab_ids=[9, 4, 30])
+    if inference_buffer:
+        with torch.inference_mode():
+            drafter.draft_vocab_ids = torch.tensor([9, 4, 30])
+        assert drafter.draft_vocab_ids.is_inference()
     adapter = SpecDrafterAdapter(drafter.eval())
     inputs = make_source_batch(2, seed=1, pad_token_id=model.config.pad_token_id)
     encoder_states = model.get_encoder()(**inputs).last_hidden_state
     state = adapter.init_drafting_state(inputs["input_ids"], inputs["attention_mask"], encoder_states)
     start = torch.full((2, 1), model.config.decoder_start_token_id)
     adapter.propose(state, start, torch.tensor([1, 1]), 2).confidence()  # the maps of ids [9, 4, 30] in use
-    with torch.no_grad():
+    with torch.inference_mode() if inference_buffer else torch.no_grad():
         drafter.draft_vocab_ids.copy_(torch.tensor([40, 12, 7]))
     proposal = adapter.propose(state, start, torch.tensor([1, 1]), 2)
     rows = proposal.head_logits.argmax(dim=-1)
