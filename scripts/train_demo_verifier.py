@@ -12,7 +12,7 @@ python scripts/train_demo_verifier.py --config configs/demo/verifier_en_de.yaml 
 
 Outputs in `output_dir`: `tokenizer/`, `checkpoint-last/` (model + tokenizer + `trainer_state.pt`), `best/` (best
 greedy validation BLEU so far, with `eval_results.json`; evaluated every `eval_every_minutes`, or every
-`eval_every_steps` for a rerun that evaluates the same steps on any machine) and `train.log`.
+`eval_every_steps` for a rerun that evaluates the same steps on any machine, and at `max_steps`) and `train.log`.
 """
 
 from __future__ import annotations
@@ -73,12 +73,15 @@ class DemoVerifierArguments:
     num_threads: int = field(default=1, metadata={"help": "`torch.set_num_threads`."})
     log_every_steps: int = field(default=20, metadata={"help": "Steps between log lines."})
     save_every_minutes: float = field(default=10.0, metadata={"help": "Wall minutes between checkpoints."})
-    eval_every_minutes: float = field(default=30.0, metadata={"help": "Wall minutes between BLEU evaluations."})
+    eval_every_minutes: float = field(
+        default=30.0, metadata={"help": "Wall minutes between BLEU evaluations (unused with eval_every_steps)."}
+    )
     eval_every_steps: int | None = field(
         default=None,
         metadata={
             "help": "Steps between BLEU evaluations, in place of eval_every_minutes: a rerun then evaluates, and "
-            "saves `best` from, the same steps on any machine."
+            "saves `best` from, the same steps on any machine (a run stopped on a step due for evaluation "
+            "evaluates it when resumed)."
         },
     )
     eval_samples: int = field(default=300, metadata={"help": "First N validation sentences used for BLEU."})
@@ -422,9 +425,13 @@ def evaluate_bleu(
 
 
 def setup_logging(output_dir: Path) -> None:
-    """Logs to stdout and (appending) to `output_dir/train.log`."""
+    """Logs to stdout and (appending) to `output_dir/train.log`, in place of the handlers of an earlier run in the
+    same process (each line would be written once per run otherwise)."""
     formatter = logging.Formatter("%(asctime)s %(message)s", datefmt="%Y-%m-%d %H:%M:%S")
     logger.setLevel(logging.INFO)
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+        handler.close()
     for handler in (logging.StreamHandler(sys.stdout), logging.FileHandler(output_dir / "train.log")):
         handler.setFormatter(formatter)
         logger.addHandler(handler)
@@ -493,14 +500,17 @@ def training_function(args: DemoVerifierArguments) -> None:
     model.train()
     optimizer = torch.optim.Adam(model.parameters(), lr=args.learning_rate, betas=(args.adam_beta1, args.adam_beta2))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, inverse_sqrt_schedule(args.warmup_steps))
-    state = {"step": 0, "epoch": 0, "batch_index": 0, "elapsed": 0.0, "best_bleu": -1.0, "target_tokens": 0}
+    state = {
+        "step": 0, "epoch": 0, "batch_index": 0, "elapsed": 0.0, "best_bleu": -1.0, "target_tokens": 0,
+        "evaluated_step": None,  # the step of the latest evaluation
+    }  # fmt: skip
     if args.resume:
         saved = torch.load(checkpoint / "trainer_state.pt", weights_only=False)
         optimizer.load_state_dict(saved["optimizer"])
         scheduler.load_state_dict(saved["scheduler"])
         torch.set_rng_state(saved["torch_rng"])
         random.setstate(saved["python_rng"])
-        state = saved["state"]
+        state = {"evaluated_step": None, **saved["state"]}  # checkpoints before evaluated_step lack it
         logger.info(
             "resumed from %s at step %d (epoch %d, batch %d)",
             checkpoint,
@@ -522,10 +532,8 @@ def training_function(args: DemoVerifierArguments) -> None:
         save_atomically(output_dir / "checkpoint-last", model, tokenizer, {"trainer_state.pt": trainer_state})
         logger.info("saved %s at step %d", output_dir / "checkpoint-last", state["step"])
 
-    evaluated_step = [None]  # the step of the latest evaluation
-
     def run_evaluation() -> None:
-        evaluated_step[0] = state["step"]
+        state["evaluated_step"] = state["step"]
         start = time.perf_counter()
         scores = evaluate_bleu(model, tokenizer, eval_pairs, args.eval_batch_size)
         logger.info(
@@ -537,6 +545,20 @@ def training_function(args: DemoVerifierArguments) -> None:
             results = {"step": state["step"], "num_sentences": len(eval_pairs), **scores}
             save_atomically(output_dir / "best", model, tokenizer, {"eval_results.json": results})
             logger.info("new best BLEU %.2f saved to %s", scores["bleu"], output_dir / "best")
+
+    def step_evaluation_due() -> bool:
+        every = args.eval_every_steps
+        return (
+            every is not None
+            and state["step"] > 0
+            and state["step"] % every == 0
+            and (state["evaluated_step"] != state["step"])
+        )
+
+    # a run stopped on a step due for evaluation (a signal, max_hours) evaluates it on resuming, so that the steps
+    # evaluated do not depend on when it was stopped
+    if step_evaluation_due():
+        run_evaluation()
 
     # 3. Loop: one optimizer step per token bucket
     session_start = time.time()
@@ -582,7 +604,7 @@ def training_function(args: DemoVerifierArguments) -> None:
             if stop or state["elapsed"] > args.max_hours * 3600:
                 break
             if args.eval_every_steps is not None:
-                evaluation_due = state["step"] % args.eval_every_steps == 0
+                evaluation_due = step_evaluation_due()
             else:
                 evaluation_due = time.time() - last_eval > args.eval_every_minutes * 60
             if evaluation_due:
@@ -600,7 +622,7 @@ def training_function(args: DemoVerifierArguments) -> None:
         if state["batch_index"] >= len(batches):
             state["epoch"] += 1
             state["batch_index"] = 0
-    if reason == "max_steps" and evaluated_step[0] != state["step"]:
+    if reason == "max_steps" and state["evaluated_step"] != state["step"]:
         # the last step is evaluated too, so that a run stopped at the step of a shipped checkpoint can yield it
         run_evaluation()
     save_checkpoint()

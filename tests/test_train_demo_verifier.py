@@ -68,6 +68,20 @@ def test_evaluation_by_steps_lands_on_the_same_steps(tmp_path):
     assert re.findall(r"eval step (\d+):", log) == ["2", "4", "5"]
 
 
+def test_a_step_due_for_evaluation_when_stopped_is_evaluated_on_resuming(tmp_path):
+    script = load_script()
+    data = _workspace(tmp_path)
+    argv = ["--data_dir", str(data), "--output_dir", str(tmp_path / "run"), "--tokenizer_name_or_path",
+            str(tmp_path / "tokenizer"), "--encoder_layers", "1", "--decoder_layers", "1", "--eval_every_steps", "1",
+            *TINY]  # fmt: skip
+    # max_hours 0 stops the run after its first step, before that step's evaluation
+    script.training_function(script.parse_args([*argv, "--max_steps", "5", "--max_hours", "0"]))
+    log = tmp_path / "run" / "train.log"
+    assert "stopped (max_hours) at step 1" in log.read_text() and "eval step" not in log.read_text()
+    script.training_function(script.parse_args([*argv, "--max_steps", "2", "--resume"]))
+    assert re.findall(r"eval step (\d+):", log.read_text()) == ["1", "2"]
+
+
 def test_evaluation_every_zero_steps_is_refused():
     script = load_script()
     with pytest.raises(ValueError, match="eval_every_steps must be at least 1"):
