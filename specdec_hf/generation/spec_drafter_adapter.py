@@ -137,16 +137,19 @@ class SpecDrafterAdapter(Drafter):
     def _refresh_head_maps(self) -> None:
         """Keep `head_ids` (the verifier id of each row of a reduced head), `head_rows` (its inverse, which the
         proposals' confidence reads) and `chain_rows` (verifier id -> row of the draft chain's token table) those of
-        the model's head now: made once, and again only when `draft_vocab_ids` is replaced or changed in place (a
-        `load_state_dict`, a re-laid vocabulary), so that a long-lived adapter never reads a stale map."""
+        the model now, so that a long-lived adapter never reads a stale map. They are made once, and again when
+        `draft_vocab_ids` is replaced or changed in place (a `load_state_dict`, a re-laid vocabulary) or the model
+        moves to another device; for a buffer made under `torch.inference_mode`, which has no version counter, at
+        every call. A change through `draft_vocab_ids.data` bypasses the version counter and is not seen."""
         model = self.model
         head_ids = model.draft_vocab_ids
+        device = model.shared.weight.device
         if head_ids is None:
-            key = None
+            key = (device,)
         elif head_ids.is_inference():
-            key = object()  # a model made under torch.inference_mode: no version counter to key on, remade per call
+            key = object()  # never equal to the last key
         else:
-            key = (id(head_ids), head_ids.data_ptr(), head_ids._version)
+            key = (device, id(head_ids), head_ids.data_ptr(), head_ids._version)
         if key == self._head_key:
             return
         self._head_key = key
@@ -154,7 +157,7 @@ class SpecDrafterAdapter(Drafter):
         self.head_rows = None if head_ids is None else head_rows_of(head_ids, self.vocab_size)
         self.chain_rows = None
         if model.draft_chain is not None:
-            self.chain_rows = model.draft_chain_rows(torch.arange(self.vocab_size, device=model.shared.weight.device))
+            self.chain_rows = model.draft_chain_rows(torch.arange(self.vocab_size, device=device))
 
     @torch.no_grad()
     def init_drafting_state(

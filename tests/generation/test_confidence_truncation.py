@@ -97,6 +97,24 @@ def test_adapter_remakes_its_maps_when_the_head_changes_in_place(inference_buffe
     torch.testing.assert_close(proposal.confidence(), expected)
 
 
+def test_adapter_follows_a_replaced_head_buffer():
+    """Assigning a new `draft_vocab_ids` tensor (as `.to(device)` does) after the adapter was made: drafts are mapped
+    through the new ids."""
+    model = build_verifier("bart")
+    drafter = SpecDrafterModel.from_verifier(model, max_draft_tokens=2, decoder_layers=1, draft_vocab_ids=[9, 4, 30])
+    adapter = SpecDrafterAdapter(drafter.eval())
+    inputs = make_source_batch(2, seed=1, pad_token_id=model.config.pad_token_id)
+    encoder_states = model.get_encoder()(**inputs).last_hidden_state
+    state = adapter.init_drafting_state(inputs["input_ids"], inputs["attention_mask"], encoder_states)
+    start = torch.full((2, 1), model.config.decoder_start_token_id)
+    adapter.propose(state, start, torch.tensor([1, 1]), 2)
+    drafter.draft_vocab_ids = torch.tensor([40, 12, 7])
+    proposal = adapter.propose(state, start, torch.tensor([1, 1]), 2)
+    rows = proposal.head_logits.argmax(dim=-1)
+    assert torch.equal(proposal.draft_ids, torch.tensor([40, 12, 7])[rows])
+    assert adapter.head_rows[[40, 12, 7]].tolist() == [0, 1, 2] and adapter.head_rows[[9, 4, 30]].eq(-1).all()
+
+
 @pytest.mark.parametrize("reduced_head", [False, True], ids=["full_head", "reduced_head"])
 def test_spec_drafter_confidence_truncates_and_keeps_greedy(reduced_head):
     """The Spec-Drafter reports no confidence of its own: the loop derives it from its logits and truncates."""
