@@ -547,13 +547,9 @@ def training_function(args: DemoVerifierArguments) -> None:
             logger.info("new best BLEU %.2f saved to %s", scores["bleu"], output_dir / "best")
 
     def step_evaluation_due() -> bool:
-        every = args.eval_every_steps
-        return (
-            every is not None
-            and state["step"] > 0
-            and state["step"] % every == 0
-            and (state["evaluated_step"] != state["step"])
-        )
+        """Whether `eval_every_steps` is set, the current step is a multiple of it, and it is not evaluated yet."""
+        every, step = args.eval_every_steps, state["step"]
+        return every is not None and step > 0 and step % every == 0 and state["evaluated_step"] != step
 
     # a run stopped on a step due for evaluation (a signal, max_hours) evaluates it on resuming, so that the steps
     # evaluated do not depend on when it was stopped
