@@ -52,17 +52,29 @@ def test_proposal_confidence_from_logits():
     assert DraftProposal(torch.tensor([[1, 2]]), None, None).confidence() is None
 
 
-def test_reduced_head_proposals_share_the_adapters_id_map():
-    """The adapter inverts the head's ids once; its proposals read that map and score as a proposal left to make
-    its own."""
+def _start_drafting(num_draft_tokens: int, inference_buffer: bool = False):
+    """A drafter with a reduced head over verifier ids [9, 4, 30] (its buffer made under `torch.inference_mode` if
+    asked), its adapter, and a call that drafts `num_draft_tokens` from the start token for two rows."""
     model = build_verifier("bart")
-    drafter = SpecDrafterModel.from_verifier(model, max_draft_tokens=3, decoder_layers=1, draft_vocab_ids=[9, 4, 30])
+    drafter = SpecDrafterModel.from_verifier(
+        model, max_draft_tokens=num_draft_tokens, decoder_layers=1, draft_vocab_ids=[9, 4, 30]
+    )
+    if inference_buffer:
+        with torch.inference_mode():
+            drafter.draft_vocab_ids = torch.tensor([9, 4, 30])
     adapter = SpecDrafterAdapter(drafter.eval())
     inputs = make_source_batch(2, seed=1, pad_token_id=model.config.pad_token_id)
     encoder_states = model.get_encoder()(**inputs).last_hidden_state
     state = adapter.init_drafting_state(inputs["input_ids"], inputs["attention_mask"], encoder_states)
     start = torch.full((2, 1), model.config.decoder_start_token_id)
-    proposals = [adapter.propose(state, start, torch.tensor([1, 1]), 3) for _ in range(2)]
+    return drafter, adapter, lambda: adapter.propose(state, start, torch.tensor([1, 1]), num_draft_tokens)
+
+
+def test_reduced_head_proposals_share_the_adapters_id_map():
+    """The adapter inverts the head's ids once; its proposals read that map and score as a proposal left to make
+    its own."""
+    _, adapter, propose = _start_drafting(3)
+    proposals = [propose() for _ in range(2)]
     assert proposals[0].head_rows is proposals[1].head_rows is adapter.head_rows
     assert adapter.head_rows[[9, 4, 30]].tolist() == [0, 1, 2] and adapter.head_rows.eq(-1).sum() == VOCAB_SIZE - 3
     own_map = ReducedHeadProposal(
@@ -76,21 +88,12 @@ def test_adapter_remakes_its_maps_when_the_head_changes_in_place(inference_buffe
     """A long-lived adapter follows its model's head: after `draft_vocab_ids` is rewritten in place (as
     `load_state_dict` does), drafts and confidence read the new ids, not a map made from the old ones; also for a
     buffer made under `torch.inference_mode`, which has no version counter."""
-    model = build_verifier("bart")
-    drafter = SpecDrafterModel.from_verifier(model, max_draft_tokens=2, decoder_layers=1, draft_vocab_ids=[9, 4, 30])
-    if inference_buffer:
-        with torch.inference_mode():
-            drafter.draft_vocab_ids = torch.tensor([9, 4, 30])
-        assert drafter.draft_vocab_ids.is_inference()
-    adapter = SpecDrafterAdapter(drafter.eval())
-    inputs = make_source_batch(2, seed=1, pad_token_id=model.config.pad_token_id)
-    encoder_states = model.get_encoder()(**inputs).last_hidden_state
-    state = adapter.init_drafting_state(inputs["input_ids"], inputs["attention_mask"], encoder_states)
-    start = torch.full((2, 1), model.config.decoder_start_token_id)
-    adapter.propose(state, start, torch.tensor([1, 1]), 2).confidence()  # the maps of ids [9, 4, 30] in use
+    drafter, _, propose = _start_drafting(2, inference_buffer)
+    assert drafter.draft_vocab_ids.is_inference() == inference_buffer
+    propose().confidence()  # the maps of ids [9, 4, 30] in use
     with torch.inference_mode() if inference_buffer else torch.no_grad():
         drafter.draft_vocab_ids.copy_(torch.tensor([40, 12, 7]))
-    proposal = adapter.propose(state, start, torch.tensor([1, 1]), 2)
+    proposal = propose()
     rows = proposal.head_logits.argmax(dim=-1)
     assert torch.equal(proposal.draft_ids, torch.tensor([40, 12, 7])[rows])
     expected = torch.softmax(proposal.head_logits, dim=-1).gather(-1, rows[..., None]).squeeze(-1)
@@ -100,16 +103,10 @@ def test_adapter_remakes_its_maps_when_the_head_changes_in_place(inference_buffe
 def test_adapter_follows_a_replaced_head_buffer():
     """Assigning a new `draft_vocab_ids` tensor (as `.to(device)` does) after the adapter was made: drafts are mapped
     through the new ids."""
-    model = build_verifier("bart")
-    drafter = SpecDrafterModel.from_verifier(model, max_draft_tokens=2, decoder_layers=1, draft_vocab_ids=[9, 4, 30])
-    adapter = SpecDrafterAdapter(drafter.eval())
-    inputs = make_source_batch(2, seed=1, pad_token_id=model.config.pad_token_id)
-    encoder_states = model.get_encoder()(**inputs).last_hidden_state
-    state = adapter.init_drafting_state(inputs["input_ids"], inputs["attention_mask"], encoder_states)
-    start = torch.full((2, 1), model.config.decoder_start_token_id)
-    adapter.propose(state, start, torch.tensor([1, 1]), 2)
+    drafter, adapter, propose = _start_drafting(2)
+    propose()
     drafter.draft_vocab_ids = torch.tensor([40, 12, 7])
-    proposal = adapter.propose(state, start, torch.tensor([1, 1]), 2)
+    proposal = propose()
     rows = proposal.head_logits.argmax(dim=-1)
     assert torch.equal(proposal.draft_ids, torch.tensor([40, 12, 7])[rows])
     assert adapter.head_rows[[40, 12, 7]].tolist() == [0, 1, 2] and adapter.head_rows[[9, 4, 30]].eq(-1).all()
