@@ -125,9 +125,10 @@ def _evaluate(args: EvaluationArguments, data_args: DataArguments, peers: contex
     device = resolve_device(args.device)
     strategies = args.resolved_strategies
     ct2_strategies = [s for s in strategies if s.kind == "ctranslate2"]
-    ct2_threads = args.ct2_threads or args.num_threads or torch.get_num_threads()
+    torch_threads = torch.get_num_threads()  # `num_threads` where given (set above)
+    ct2_threads = args.ct2_threads or torch_threads
     # the runs take turns, so the busiest of them sets how many idle cores the timings need
-    machine_load = check_machine_load(max(torch.get_num_threads(), ct2_threads if ct2_strategies else 0))
+    machine_load = check_machine_load(max(torch_threads, ct2_threads if ct2_strategies else 0))
     output_dir = check_output_dir(args.output_dir)
     split = data_args.test_split
     pairs = load_text_pairs(data_args, split)

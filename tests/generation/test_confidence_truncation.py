@@ -71,16 +71,15 @@ def _start_drafting(num_draft_tokens: int, inference_buffer: bool = False):
 
 
 def test_reduced_head_proposals_share_the_adapters_id_map():
-    """The adapter inverts the head's ids once; its proposals read that map and score as a proposal left to make
-    its own."""
+    """The adapter inverts the head's ids once; its proposals read that map, and their confidence is the head's
+    softmax at the drafted rows."""
     _, adapter, propose = _start_drafting(3)
     proposals = [propose() for _ in range(2)]
     assert proposals[0].head_rows is proposals[1].head_rows is adapter.head_rows
     assert adapter.head_rows[[9, 4, 30]].tolist() == [0, 1, 2] and adapter.head_rows.eq(-1).sum() == VOCAB_SIZE - 3
-    own_map = ReducedHeadProposal(
-        proposals[0].draft_ids, proposals[0].head_logits, None, proposals[0].head_ids, VOCAB_SIZE
-    )
-    torch.testing.assert_close(proposals[0].confidence(), own_map.confidence())
+    rows = proposals[0].head_logits.argmax(dim=-1)
+    expected = torch.softmax(proposals[0].head_logits, dim=-1).gather(-1, rows[..., None]).squeeze(-1)
+    torch.testing.assert_close(proposals[0].confidence(), expected)
 
 
 @pytest.mark.parametrize("inference_buffer", [False, True], ids=["tracked", "inference_tensor"])
