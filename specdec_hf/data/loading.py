@@ -188,6 +188,13 @@ class DataArguments:
     max_samples: int | None = field(
         default=None, metadata={"help": "Keep the first N rows of each split (rows with empty texts then skipped)."}
     )
+    max_samples_seed: int | None = field(
+        default=None,
+        metadata={
+            "help": "With `max_samples`: draw the N rows at random with this seed (kept in the split's order) "
+            "instead of taking the first N, for corpora stored sorted by origin."
+        },
+    )
     cache_dir: str | None = field(default=None, metadata={"help": "`datasets` cache directory."})
     num_proc: int | None = field(default=None, metadata={"help": "Processes for loading and mapping."})
 
@@ -201,6 +208,8 @@ class DataArguments:
             raise ValueError("give both `source_column` and `target_column`")
         if self.max_samples is not None and self.max_samples <= 0:
             raise ValueError(f"`max_samples` must be positive, got {self.max_samples}")
+        if self.max_samples_seed is not None and self.max_samples is None:
+            raise ValueError("`max_samples_seed` draws `max_samples` rows at random: set `max_samples` too")
         if self.dataset_name is not None and self.known is None:
             has_columns = self.source_column is not None or self.source_lang is not None
             if self.data_files is None and self.data_dir is None and not has_columns:
@@ -277,7 +286,10 @@ def load_text_pairs(args: DataArguments, split: str) -> datasets.Dataset:
     raw = _load_raw(args, split)
     if args.max_samples is not None:
         # Select before mapping so that `max_samples` on a 4.5M-row WMT split does not process the whole split.
-        raw = raw.select(range(min(args.max_samples, raw.num_rows)))
+        if args.max_samples_seed is None:
+            raw = raw.select(range(min(args.max_samples, raw.num_rows)))
+        else:
+            raw = raw.select(sample_indices(raw.num_rows, args.max_samples, args.max_samples_seed))
     raw = raw.flatten()  # nested `translation` dicts become `translation.en` / `translation.de` columns
     source_column, target_column = _resolve_columns(args, raw.column_names)
     id_column = args.id_column or ("id" if "id" in raw.column_names else None)

@@ -23,7 +23,7 @@ def format_report(results: Sequence[dict[str, Any]], tokens_grid: Sequence[float
         header (`str`): Lines naming the command, machine and settings.
     """
     lines = [header, ""]
-    grid_header = " | ".join(f"Tok. {tokens:g}" for tokens in tokens_grid)
+    grid_header = " | ".join(f"projected at Tok. {tokens:g}" for tokens in tokens_grid)
     lines += [
         "| verifier shape | params | greedy ms/token | best k | profile Tok. | projected | measured (min–max) "
         f"| {grid_header} | perfect drafts (k={_largest(results)}) measured / projected |",

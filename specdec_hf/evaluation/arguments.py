@@ -133,6 +133,13 @@ class EvaluationArguments:
         },
     )
     seed: int = field(default=0, metadata={"help": "Random seed (decoding itself is deterministic)."})
+    check_only: bool = field(
+        default=False,
+        metadata={
+            "help": "Run every check that needs no decoding (arguments, output directory, data, models and their "
+            "compatibility) and stop before the first generate() call: a quick test of a config."
+        },
+    )
     disable_tqdm: bool = field(
         default=False, metadata={"help": "Hide the progress bars (they show only when stderr is a terminal anyway)."}
     )

@@ -70,7 +70,7 @@ def load_models(args: EvaluationArguments, device: torch.device) -> EvaluationMo
     kernel_choices = {}
     for role, model in roles.items():
         model.to(device).eval().requires_grad_(False)
-        if args.prepack_linear:
+        if args.prepack_linear and not args.check_only:
             # measured here, after the run's thread count is set: greedy and every strategy get the faster kernel
             kernel_choices[role] = prepack_where_faster(model)
             logger.info("%s linear layers: %s", role, "; ".join(c.describe() for c in kernel_choices[role]))

@@ -111,7 +111,8 @@ def run_evaluation(args: EvaluationArguments, data_args: DataArguments) -> dict[
         `dict`: what `results.json` holds: `environment` (with the load average at the start, and a warning when
         the machine was shared), `config`, `models`, `data`, `timing`, `strategies` (per strategy: `quality`,
         `identical_to_greedy`, `tokens_per_iteration`, `speed`, `time_share`, `speculative`, `memory`,
-        `generations_file`), `reference_timings`, `memory` and `sweep`.
+        `generations_file`), `reference_timings`, `memory` and `sweep`. With `args.check_only`: only `checked`
+        (True), `num_samples` and `strategies`, once every check has passed, and nothing written.
     """
     with contextlib.ExitStack() as peers:  # CTranslate2 worker processes, stopped however the run ends
         return _evaluate(args, data_args, peers)
@@ -144,6 +145,11 @@ def _evaluate(args: EvaluationArguments, data_args: DataArguments, peers: contex
     check_models(
         verifier, tokenizer, models.drafters, args.drafters, models.assistant, strategies, args.max_new_tokens
     )
+    if args.check_only:
+        logger.info(
+            "checks passed (%d rows, %d strategies): --check_only stops before decoding", len(pairs), len(strategies)
+        )
+        return {"checked": True, "num_samples": pairs.num_rows, "strategies": [s.name for s in strategies]}
     if ct2_strategies:
         models.ct2_workers = start_ct2_workers(
             ct2_strategies, verifier, tokenizer, args.verifier_name_or_path, output_dir, ct2_threads, peers
