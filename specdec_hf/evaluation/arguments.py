@@ -173,7 +173,7 @@ class EvaluationArguments:
                 "picks a GPU where there is one): set `device: cpu`, or drop `prepack_linear`."
             )
         strategies = self.resolved_strategies  # raises for unknown names, missing drafters, bad indices
-        if any(s.kind == "beam" for s in strategies) and self.num_beams < 2:
+        if any(s.kind == "beam" and s.num_beams is None for s in strategies) and self.num_beams < 2:
             raise ValueError(f"the `beam` strategy needs `num_beams` >= 2, got {self.num_beams}.")
         if any(s.kind == "assisted" for s in strategies) and not self.assistant_model:
             raise ValueError("the `assisted` strategy needs `assistant_model` (a small seq2seq model path or id).")

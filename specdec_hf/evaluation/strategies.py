@@ -3,7 +3,7 @@
 Names:
 
 * `greedy`: `generate(do_sample=False, num_beams=1)`, the reference of speed-up and identical-to-greedy;
-* `beam`: beam search with `num_beams` beams;
+* `beam`: beam search with `num_beams` beams; `beam<n>` (e.g. `beam3`): with n beams, for a sweep of widths;
 * `spec_k<k>_b<β>_t<τ>[_c<c>]` (e.g. `spec_k8_b1_t0`, `spec_k10_b5_t3.5`, `spec_k8_b1_t0_c0.2`): Speculative
   Decoding (Xia et al., 2023, arXiv 2203.16487) with block size k, top-β and tolerance τ, and with `_c<c>` verifying
   only the drafts whose running drafter confidence stays at or above c (`draft_confidence_threshold`); with several
@@ -34,13 +34,14 @@ __all__ = [
 ]
 
 STRATEGY_NAME_HELP = (
-    "greedy, beam, spec_k<k>_b<beta>_t<tau>[_c<confidence threshold>][_d<drafter index>] (e.g. spec_k8_b1_t0, "
+    "greedy, beam, beam<n>, spec_k<k>_b<beta>_t<tau>[_c<confidence threshold>][_d<drafter index>] (e.g. spec_k8_b1_t0, "
     "spec_k10_b5_t3.5, spec_k8_b1_t0_c0.2), "
     "assisted, prompt_lookup, ct2, ct2_int8, ct2_int8_float32"
 )
 _PLAIN_KINDS = ("greedy", "beam", "assisted", "prompt_lookup")
 # CTranslate2 strategies: name -> compute type (the weights are converted once, quantised when loaded)
 CT2_COMPUTE_TYPES = {"ct2": "float32", "ct2_int8": "int8", "ct2_int8_float32": "int8_float32"}
+_BEAM_NAME = re.compile(r"^beam(?P<beams>\d+)$")
 _SPECULATIVE_NAME = re.compile(
     r"^spec_k(?P<k>\d+)_b(?P<beta>\d+)_t(?P<tau>\d+(?:\.\d+)?)(?:_c(?P<confidence>\d+(?:\.\d+)?))?"
     r"(?:_d(?P<drafter>\d+))?$"
@@ -60,6 +61,7 @@ class Strategy:
         confidence_threshold (`float`, *optional*): `draft_confidence_threshold` of a speculative strategy.
         drafter_index (`int`, *optional*): Which of the configured drafters; `None` for other kinds.
         compute_type (`str`, *optional*): CTranslate2's compute type of a `ctranslate2` strategy.
+        num_beams (`int`, *optional*): The beams of a `beam<n>` strategy; `None`: the run's `num_beams`.
     """
 
     name: str
@@ -70,6 +72,7 @@ class Strategy:
     drafter_index: int | None = None
     confidence_threshold: float | None = None
     compute_type: str | None = None
+    num_beams: int | None = None
 
     @property
     def batch_one_only(self) -> bool:
@@ -87,6 +90,11 @@ def parse_strategy(name: str) -> Strategy:
         return Strategy(name=name, kind=name)
     if name in CT2_COMPUTE_TYPES:
         return Strategy(name=name, kind="ctranslate2", compute_type=CT2_COMPUTE_TYPES[name])
+    beam = _BEAM_NAME.match(name)
+    if beam is not None:
+        if int(beam["beams"]) < 2:
+            raise ValueError(f"strategy {name!r}: beam search needs at least 2 beams (`greedy` is 1).")
+        return Strategy(name=name, kind="beam", num_beams=int(beam["beams"]))
     match = _SPECULATIVE_NAME.match(name)
     if match is None:
         raise ValueError(f"unknown strategy {name!r}; valid names: {STRATEGY_NAME_HELP}.")
@@ -167,7 +175,7 @@ def generation_kwargs(
     """
     kwargs: dict[str, Any] = {"max_new_tokens": max_new_tokens, "do_sample": False, "num_beams": 1}
     if strategy.kind == "beam":
-        kwargs["num_beams"] = num_beams
+        kwargs["num_beams"] = strategy.num_beams or num_beams
     elif strategy.kind == "speculative":
         if drafter is None:
             raise ValueError(f"strategy {strategy.name!r} needs a drafter.")

@@ -51,7 +51,8 @@ def strategy_label(name: str, drafters: Sequence[str] = (), num_beams: int | Non
     base = re.sub(r"_d\d+$", "", name) if len(drafters) > 1 else name
     strategy = parse_strategy(base)
     if strategy.kind == "beam":
-        return f"beam-{num_beams}" if num_beams else "beam search"
+        beams = strategy.num_beams or num_beams
+        return f"beam-{beams}" if beams else "beam search"
     if strategy.kind != "speculative":
         return _PEER_LABELS.get(name, name)
     label = f"speculative k={strategy.num_draft_tokens}, β={strategy.beta}"

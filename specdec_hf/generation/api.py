@@ -301,6 +301,24 @@ def _length_and_eos_from_criteria(
     return min(lengths), eos
 
 
+def _beam_search_refusal(num_beams: int, config_num_beams: int | None) -> str:
+    """Why `generate(drafter=..., num_beams>1)` is refused, and the two settings to use instead.
+
+    Args:
+        num_beams (`int`): The beams asked for in this call (after generate() merged its arguments into the config).
+        config_num_beams (`int`, *optional*): The verifier's own `generation_config.num_beams`; when it is the
+            same, the message says that the checkpoint's config asked for beam search.
+    """
+    origin = " (the verifier's own generation_config asks for it)" if config_num_beams == num_beams else ""
+    return (
+        f"Beam search (`num_beams={num_beams}`{origin}) does not run with a `drafter`. Pass `num_beams=1` and "
+        "choose: `beta=1` (the default) gives exactly greedy decoding's output, faster; for beam-search quality, "
+        "the relaxed rule (`beta=5, tau=3, num_draft_tokens=8`) with a drafter distilled from the verifier's beam "
+        "outputs (`python -m specdec_hf.distillation --num_beams 5 ...`; the README's 'Which setting for which goal' "
+        "gives its measured quality and speed against beam search). Or drop `drafter` to run plain beam search."
+    )
+
+
 def _check_generation_mode(
     generation_config: GenerationConfig,
     logits_processor: LogitsProcessorList,
@@ -310,10 +328,7 @@ def _check_generation_mode(
 ) -> None:
     """Reject what the speculative loop does not implement, rather than silently decoding something else."""
     if generation_config.num_beams > 1:
-        raise ValueError(
-            f"Beam search (`num_beams={generation_config.num_beams}`) is not supported with a `drafter`: "
-            "set `num_beams=1`, or drop `drafter` to run plain beam search."
-        )
+        raise ValueError(_beam_search_refusal(generation_config.num_beams, model.generation_config.num_beams))
     mode = generation_config.get_generation_mode()
     if mode not in (GenerationMode.GREEDY_SEARCH, GenerationMode.SAMPLE):
         raise ValueError(

@@ -42,9 +42,17 @@ def test_parse_strategy_names():
     with pytest.raises(ValueError, match="must be in \\[0, 1\\]"):
         parse_strategy("spec_k8_b1_t0_c1.5")
     assert parse_strategy("prompt_lookup").batch_one_only
-    for bad in ("spec_k8", "spec_k8_b1_t0_x", "Greedy", "beam5"):
-        with pytest.raises(ValueError, match="valid names: greedy, beam, spec_k"):
+    for bad in ("spec_k8", "spec_k8_b1_t0_x", "Greedy", "beam_5", "beams"):
+        with pytest.raises(ValueError, match="valid names: greedy, beam, beam<n>, spec_k"):
             parse_strategy(bad)
+
+
+def test_beam_widths_by_name():
+    assert parse_strategy("beam3") == Strategy("beam3", "beam", num_beams=3)
+    assert generation_kwargs(parse_strategy("beam3"), 7, num_beams=5)["num_beams"] == 3
+    assert generation_kwargs(parse_strategy("beam"), 7, num_beams=5)["num_beams"] == 5
+    with pytest.raises(ValueError, match="at least 2 beams"):
+        parse_strategy("beam1")
 
 
 def test_resolve_strategies_expands_per_drafter_and_puts_greedy_first():

@@ -53,6 +53,18 @@ def test_bad_arguments(bart, inputs, kwargs, match):
         _generate(bart, inputs, **kwargs)
 
 
+def test_beam_search_refusal_names_both_settings(bart, inputs):
+    with pytest.raises(ValueError, match="num_beams=3") as refused:
+        _generate(bart, inputs, num_beams=3)
+    message = str(refused.value)
+    assert "`num_beams=1`" in message and "`beta=1`" in message and "beta=5, tau=3" in message
+    assert "--num_beams 5" in message and "generation_config asks" not in message
+    # a checkpoint whose own config decodes with beam search (bart-large-cnn: 4 beams) is told so
+    bart.generation_config.num_beams = 4
+    with pytest.raises(ValueError, match="the verifier's own generation_config asks for it"):
+        _generate(bart, inputs)
+
+
 def test_prefix_allowed_tokens_fn_needs_batch_one(bart, inputs):
     with pytest.raises(ValueError, match="prefix_allowed_tokens_fn"):
         _generate(bart, inputs, prefix_allowed_tokens_fn=lambda batch_id, ids: list(range(VOCAB_SIZE)))
