@@ -103,7 +103,7 @@ def render_summary(
     wall = ""
     if started_at is not None and finished_at is not None:
         minutes, seconds = divmod(round(finished_at - started_at), 60)
-        wall = f", {minutes} min {seconds:02d} s in all (set-up included)"
+        wall = f", {minutes} min {seconds:02d} s from the start of the command to its end"
     lines = [
         f"`{command}`, {date}{wall}: {environment['device_name']}, {environment['cpu_count']} CPU cores, "
         f"{environment['num_threads']} threads, torch {environment['torch']}, transformers "

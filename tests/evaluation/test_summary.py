@@ -67,7 +67,7 @@ def test_speed_up_against_beam_is_the_median_of_paired_ratios():
     assert row.endswith("| 3.00× (2.00–4.00) |"), row
     beam_row = next(line for line in text.splitlines() if "| beam-5 |" in line)
     assert beam_row.endswith("| 1.00× (1.00–1.00) |")
-    assert "10 min 05 s in all" in text and "Test CPU" in text and "2026-12-03" in text
+    assert "10 min 05 s from the start" in text and "Test CPU" in text and "2026-12-03" in text
 
 
 def test_a_pass_without_beam_shows_no_beam_figure():
