@@ -34,7 +34,7 @@ def replace_option(argv: list[str], name: str, value: str) -> list[str]:
 
 
 def test_unknown_strategy_lists_valid_names(base_argv):
-    with pytest.raises(ValueError, match=r"unknown strategy name\(s\) \['nucleus'\].*greedy, beam, spec_k"):
+    with pytest.raises(ValueError, match=r"unknown strategy name\(s\) \['nucleus'\].*greedy, beam, beam<n>, spec_k"):
         evaluate(base_argv + ["--strategies", "greedy", "nucleus"])
 
 
