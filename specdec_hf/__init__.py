@@ -4,6 +4,7 @@
 """
 
 from .acceptance import accept_drafts, count_accepted
+from .drafters import SourceCopyDrafter
 from .drafting import Drafter, DraftProposal
 from .generation import (
     SpecDrafterAdapter,
@@ -26,6 +27,7 @@ __all__ = [
     "SpecDrafterAdapter",
     "SpecDrafterConfig",
     "SpecDrafterModel",
+    "SourceCopyDrafter",
     "SpecDrafterOutput",
     "SpeculativeDecodingStats",
     "SpeculativeGenerateOutput",

@@ -19,7 +19,8 @@ A drafter has these attributes and methods:
 - ``init_drafting_state(input_ids, attention_mask, encoder_hidden_states)``: once per ``generate()`` call, after the
   verifier's encoder pass.
 - ``propose(state, prefix_ids, prefix_lengths, num_draft_tokens, verifier_states)``: once per iteration; returns k
-  draft ids per row (and, optionally, their scores over the verifier's vocabulary).
+  draft ids per row (and, optionally, their scores over the verifier's vocabulary, and how many of them per row are
+  worth verifying).
 - ``select_rows(state, rows)``: when finished rows leave the batch.
 
 The state object is owned by the drafter (an encoder output, a prefix key/value cache, ...); the loop never looks
@@ -57,12 +58,17 @@ class DraftProposal:
             The drafter's probability of each draft; confidence-truncated verification (`draft_confidence_threshold`)
             verifies only the leading drafts whose running product stays above a threshold. `None`:
             [`~DraftProposal.confidence`] derives it from `draft_logits` when it is needed.
+        num_drafts (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+            How many of each row's leading drafts are worth verifying, from 0 to k (a lookup drafter that found no
+            match for a row has none); the loop verifies only those, and steps a row with 0 as greedy decoding would.
+            `None`: all k.
     """
 
     draft_ids: torch.LongTensor
     draft_logits: torch.FloatTensor | None
     state: Any
     draft_confidence: torch.FloatTensor | None = None
+    num_drafts: torch.LongTensor | None = None
 
     def confidence(self) -> torch.FloatTensor | None:
         """The drafter's probability of each draft: `draft_confidence` when the drafter gave it, else the softmax of

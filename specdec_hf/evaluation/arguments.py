@@ -35,7 +35,12 @@ class EvaluationArguments:
     )
     tokenizer_name_or_path: str | None = field(default=None, metadata={"help": "Default: the verifier's tokenizer."})
     drafters: list[str] = field(
-        default_factory=list, metadata={"help": "Spec-Drafter directories or Hub ids (one or more)."}
+        default_factory=list,
+        metadata={
+            "help": "Spec-Drafter directories or Hub ids (one or more); `source_copy` drafts by copying from the "
+            "source (no weights), `source_copy+<drafter>` copies where the source continues a row and asks that "
+            "drafter elsewhere."
+        },
     )
     assistant_model: str | None = field(
         default=None, metadata={"help": "A small seq2seq model sharing the verifier's vocabulary, for `assisted`."}

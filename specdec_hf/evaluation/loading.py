@@ -8,13 +8,17 @@ from dataclasses import dataclass, field
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
+from ..drafters import SourceCopyDrafter
 from ..dtypes import TORCH_DTYPES
 from ..linear_kernel_selection import KernelChoice, prepack_where_faster
 from ..model_files import load_pretrained
 from ..models import SpecDrafterModel
 from .arguments import EvaluationArguments
 
-__all__ = ["EvaluationModels", "load_models", "resolve_device"]
+__all__ = ["SOURCE_COPY", "EvaluationModels", "drafter_module", "load_drafter", "load_models", "resolve_device"]
+
+# the `drafters` entry of the source-copy drafter (`source_copy+<path>`: before that trained drafter)
+SOURCE_COPY = "source_copy"
 
 logger = logging.getLogger(__name__)
 
@@ -25,7 +29,7 @@ class EvaluationModels:
 
     verifier: torch.nn.Module
     tokenizer: object
-    drafters: list[SpecDrafterModel]
+    drafters: list  # SpecDrafterModel, or SourceCopyDrafter for a `source_copy` entry
     assistant: torch.nn.Module | None
     # CTranslate2 workers of the `ct2*` strategies, by strategy name (started after the models are checked)
     ct2_workers: dict = field(default_factory=dict)
@@ -43,6 +47,28 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
+def load_drafter(entry: str, verifier, dtype: torch.dtype):
+    """One entry of `drafters`: a Spec-Drafter's directory or Hub id; `source_copy` (a [`SourceCopyDrafter`] of the
+    verifier, no weights); or `source_copy+<drafter>`, the copy where the source continues a row and that drafter
+    elsewhere."""
+    if entry == SOURCE_COPY:
+        return SourceCopyDrafter.from_verifier(verifier)
+    if entry.startswith(SOURCE_COPY + "+"):
+        path = entry[len(SOURCE_COPY) + 1 :]
+        fallback = load_pretrained(SpecDrafterModel.from_pretrained, path, "drafters", dtype=dtype)
+        k = fallback.config.max_draft_tokens
+        return SourceCopyDrafter.from_verifier(verifier, num_draft_tokens=k, fallback=fallback)
+    return load_pretrained(SpecDrafterModel.from_pretrained, entry, "drafters", dtype=dtype)
+
+
+def drafter_module(drafter) -> torch.nn.Module | None:
+    """The weights a drafter runs: the model itself, a source-copy drafter's fallback model, or `None`."""
+    if isinstance(drafter, torch.nn.Module):
+        return drafter
+    fallback = getattr(drafter, "fallback", None)
+    return getattr(fallback, "model", None)
+
+
 def load_models(args: EvaluationArguments, device: torch.device) -> EvaluationModels:
     """Load every model of `args` onto `device` in `args.dtype`, frozen and in eval mode."""
     dtype = TORCH_DTYPES[args.dtype]
@@ -57,14 +83,15 @@ def load_models(args: EvaluationArguments, device: torch.device) -> EvaluationMo
         load_seq2seq, args.verifier_name_or_path, "verifier_name_or_path", dtype=dtype, **attention
     )
     drafter_dtype = TORCH_DTYPES[args.drafter_dtype or args.dtype]
-    drafters = [
-        load_pretrained(SpecDrafterModel.from_pretrained, path, "drafters", dtype=drafter_dtype)
-        for path in args.drafters
-    ]
+    drafters = [load_drafter(entry, verifier, drafter_dtype) for entry in args.drafters]
     assistant = None
     if any(strategy.kind == "assisted" for strategy in args.resolved_strategies):
         assistant = load_pretrained(load_seq2seq, args.assistant_model, "assistant_model", dtype=dtype, **attention)
-    roles = {"verifier": verifier, **{f"drafter {index}": drafter for index, drafter in enumerate(drafters)}}
+    roles = {"verifier": verifier}
+    for index, drafter in enumerate(drafters):
+        module = drafter_module(drafter)
+        if module is not None:
+            roles[f"drafter {index}"] = module
     if assistant is not None:
         roles["assistant"] = assistant
     kernel_choices = {}

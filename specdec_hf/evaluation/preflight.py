@@ -104,6 +104,8 @@ def check_models(
         drafter = drafters[strategy.drafter_index]
         path = drafter_paths[strategy.drafter_index]
         contract = as_drafter(drafter)
+        if not isinstance(strategy.num_draft_tokens, int):  # "auto": within the drafter's limits by construction
+            continue
         # None: no limit (the drafting contract's default)
         limit = getattr(contract, "max_draft_tokens", None)
         if limit is not None and strategy.num_draft_tokens > limit:

@@ -17,7 +17,7 @@ from ..linear_kernel_selection import kernel_choices_to_json
 from .arguments import EvaluationArguments
 from .execution import StrategyRun
 from .interleaved import spread, timing_summary
-from .loading import EvaluationModels
+from .loading import EvaluationModels, drafter_module
 from .memory import memory_method, parameter_bytes
 from .report import PLOT_FILE
 
@@ -33,6 +33,12 @@ __all__ = [
 ]
 
 TIMING_SCHEME = "interleaved, rotating order, median of {repeats} repeats, range in brackets"
+
+
+def drafter_parameter_bytes(drafter) -> int:
+    """Bytes of the weights a drafter runs (0 for one without weights, such as the source-copy drafter alone)."""
+    module = drafter_module(drafter)
+    return 0 if module is None else parameter_bytes(module)
 
 
 def strategy_result(
@@ -57,7 +63,7 @@ def strategy_result(
     settings: dict[str, Any] = {}
     if strategy.kind == "speculative":
         drafter = models.drafters[strategy.drafter_index]
-        extra_parameters = parameter_bytes(drafter)
+        extra_parameters = drafter_parameter_bytes(drafter)
         settings = {
             "drafter": drafter_paths[strategy.drafter_index],
             "num_draft_tokens": strategy.num_draft_tokens,
@@ -141,7 +147,7 @@ def models_section(args: EvaluationArguments, models: EvaluationModels) -> dict[
                 "path": path,
                 "num_draft_tokens": as_drafter(drafter).num_draft_tokens,
                 "max_draft_tokens": getattr(as_drafter(drafter), "max_draft_tokens", None),
-                "parameter_bytes": parameter_bytes(drafter),
+                "parameter_bytes": drafter_parameter_bytes(drafter),
             }
             for path, drafter in zip(args.drafters, models.drafters, strict=True)
         ],
@@ -169,7 +175,7 @@ def memory_section(device: torch.device, models: EvaluationModels, greedy_run: S
         "measured_on": "one generate() call on the first batch (the longest sources when sort_by_length)",
         "verifier_parameter_bytes": parameter_bytes(models.verifier),
         "verifier_activation_peak_bytes": greedy_run.peak_activation_bytes,
-        "drafter_parameter_bytes": [parameter_bytes(drafter) for drafter in models.drafters],
+        "drafter_parameter_bytes": [drafter_parameter_bytes(drafter) for drafter in models.drafters],
         "assistant_parameter_bytes": parameter_bytes(models.assistant) if models.assistant is not None else None,
     }
 

@@ -8,6 +8,7 @@ Names:
   Decoding (Xia et al., 2023, arXiv 2203.16487) with block size k, top-β and tolerance τ, and with `_c<c>` verifying
   only the drafts whose running drafter confidence stays at or above c (`draft_confidence_threshold`); with several
   drafters it runs with each (the result names get `_d<i>`), and `spec_..._d<i>` picks drafter i only;
+  `spec_kauto_...` chooses k per iteration (`num_draft_tokens="auto"`, `specdec_hf.generation.draft_length`);
 * `assisted`: transformers' assisted generation with an autoregressive `assistant_model` (batch size 1 only);
 * `ct2`, `ct2_int8`, `ct2_int8_float32`: the verifier converted to CTranslate2 and decoded greedily by it, with the
   weights in float32, int8 or int8 with float32 activations (`specdec_hf.evaluation.ctranslate2_peer`; CPU only);
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..generation import speculative_generate
+from ..generation.draft_length import AUTO
 
 __all__ = [
     "BATCH_ONE_KINDS",
@@ -35,7 +37,7 @@ __all__ = [
 
 STRATEGY_NAME_HELP = (
     "greedy, beam, beam<n>, spec_k<k>_b<beta>_t<tau>[_c<confidence threshold>][_d<drafter index>] (e.g. spec_k8_b1_t0, "
-    "spec_k10_b5_t3.5, spec_k8_b1_t0_c0.2), "
+    "spec_k10_b5_t3.5, spec_k8_b1_t0_c0.2; k may be `auto`: spec_kauto_b1_t0), "
     "assisted, prompt_lookup, ct2, ct2_int8, ct2_int8_float32"
 )
 _PLAIN_KINDS = ("greedy", "beam", "assisted", "prompt_lookup")
@@ -43,7 +45,7 @@ _PLAIN_KINDS = ("greedy", "beam", "assisted", "prompt_lookup")
 CT2_COMPUTE_TYPES = {"ct2": "float32", "ct2_int8": "int8", "ct2_int8_float32": "int8_float32"}
 _BEAM_NAME = re.compile(r"^beam(?P<beams>\d+)$")
 _SPECULATIVE_NAME = re.compile(
-    r"^spec_k(?P<k>\d+)_b(?P<beta>\d+)_t(?P<tau>\d+(?:\.\d+)?)(?:_c(?P<confidence>\d+(?:\.\d+)?))?"
+    r"^spec_k(?P<k>\d+|auto)_b(?P<beta>\d+)_t(?P<tau>\d+(?:\.\d+)?)(?:_c(?P<confidence>\d+(?:\.\d+)?))?"
     r"(?:_d(?P<drafter>\d+))?$"
 )
 # transformers' assisted generation and prompt lookup refuse batches of more than one row
@@ -57,7 +59,7 @@ class Strategy:
     Args:
         name (`str`): Its name in the config and in every output.
         kind (`str`): `"greedy"`, `"beam"`, `"speculative"`, `"assisted"`, `"prompt_lookup"` or `"ctranslate2"`.
-        num_draft_tokens, beta, tau: The speculative settings (k, β, τ); `None` for other kinds.
+        num_draft_tokens, beta, tau: The speculative settings (k, β, τ; k an int or `"auto"`); `None` for other kinds.
         confidence_threshold (`float`, *optional*): `draft_confidence_threshold` of a speculative strategy.
         drafter_index (`int`, *optional*): Which of the configured drafters; `None` for other kinds.
         compute_type (`str`, *optional*): CTranslate2's compute type of a `ctranslate2` strategy.
@@ -66,7 +68,7 @@ class Strategy:
 
     name: str
     kind: str
-    num_draft_tokens: int | None = None
+    num_draft_tokens: int | str | None = None
     beta: int | None = None
     tau: float | None = None
     drafter_index: int | None = None
@@ -104,7 +106,7 @@ def parse_strategy(name: str) -> Strategy:
     return Strategy(
         name=name,
         kind="speculative",
-        num_draft_tokens=int(match["k"]),
+        num_draft_tokens=match["k"] if match["k"] == AUTO else int(match["k"]),
         beta=int(match["beta"]),
         tau=float(match["tau"]),
         drafter_index=None if drafter is None else int(drafter),

@@ -35,6 +35,7 @@ from transformers.utils import ModelOutput
 from ..acceptance import validate_acceptance_arguments
 from ..drafting import validate_drafter
 from ..models.verifier_conversion import check_verifier_state_layers
+from .draft_length import AUTO, DraftLengthSchedule
 from .outputs import SpeculativeGenerateOutput
 from .spec_drafter_adapter import SpecDrafterAdapter, as_drafter
 from .speculative_loop import SpeculativeLoopConfig, run_speculative_loop
@@ -74,8 +75,11 @@ def speculative_generate(
         logits_processor, stopping_criteria, generation_config: Prepared by `generate()`.
         drafter (`Drafter`): A `SpecDrafterModel` (drafted with through `SpecDrafterAdapter`) or any object
             implementing `specdec_hf.Drafter`; required.
-        num_draft_tokens (`int`, *optional*): Drafted tokens per iteration (k); defaults to the drafter's
+        num_draft_tokens (`int` or `"auto"`, *optional*): Drafted tokens per iteration (k); defaults to the drafter's
             `num_draft_tokens` (for a `SpecDrafterModel`, `config.num_draft_tokens`, else `config.max_draft_tokens`).
+            `"auto"` chooses k at every iteration, from 0 (a plain verifier step, no drafter call) to the drafter's
+            `max_draft_tokens`, by what verifying k drafts costs on this machine (timed once per process, verifier
+            and batch width) and how often drafts were accepted so far (`specdec_hf.generation.draft_length`).
         beta (`int`, *optional*, defaults to 1): Top-β candidate set; 1 gives exactly the greedy output.
         tau (`float`, *optional*, defaults to 0.0): Log-probability tolerance τ; only used when `beta > 1`.
         draft_confidence_threshold (`float`, *optional*): Adaptive draft length: verify, per row, only the leading
@@ -116,10 +120,19 @@ def speculative_generate(
     # read once: get_text_config deep-copies the config
     decoder_config = model.config.get_text_config(decoder=True)
     vocab_size = decoder_config.vocab_size
+    user_drafter = drafter
     drafter = as_drafter(drafter)
     validate_drafter(drafter, vocab_size)
     # validate_drafter accepts any integer type (numpy, a 0-dim tensor): the loop computes with a Python int
     num_draft_tokens = operator.index(drafter.num_draft_tokens) if num_draft_tokens is None else num_draft_tokens
+    if isinstance(num_draft_tokens, str) and num_draft_tokens != AUTO:
+        raise ValueError(
+            f"`num_draft_tokens` must be an integer >= 1 (tokens drafted per iteration) or {AUTO!r} (chosen as "
+            f"decoding runs), got {num_draft_tokens!r}."
+        )
+    adaptive = isinstance(num_draft_tokens, str)
+    if adaptive:
+        num_draft_tokens = _largest_draft_length(drafter)
     _check_speculative_arguments(model, drafter, num_draft_tokens, beta, tau, draft_confidence_threshold)
     if generation_config.do_sample and (beta != 1 or tau != 0):
         raise ValueError(
@@ -154,6 +167,10 @@ def speculative_generate(
         draft_confidence_threshold,
         input_ids.device,
     )
+    schedule = None
+    if adaptive:
+        rule = (beta, float(tau), bool(generation_config.do_sample))
+        schedule = DraftLengthSchedule(model, user_drafter, num_draft_tokens, rule, input_ids.device)
     result = run_speculative_loop(
         model,
         drafter,
@@ -166,6 +183,7 @@ def speculative_generate(
         stopping_criteria,
         loop_config,
         streamer=token_streamer,
+        draft_length_schedule=schedule,
     )
     if not generation_config.return_dict_in_generate:
         return result.sequences
@@ -179,6 +197,13 @@ def speculative_generate(
         cache=None,
         speculative_stats=result.stats,
     )
+
+
+def _largest_draft_length(drafter) -> int:
+    """The largest k a chosen draft length may take: the drafter's `max_draft_tokens` (its mask slots), or its
+    `num_draft_tokens` when it sets no limit."""
+    limit = getattr(drafter, "max_draft_tokens", None)
+    return operator.index(limit if limit is not None else drafter.num_draft_tokens)
 
 
 def _check_speculative_arguments(

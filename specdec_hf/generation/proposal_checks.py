@@ -58,8 +58,25 @@ def check_proposal(
         _check_draft_logits_shape(draft_logits, name, rows, num_draft_tokens, vocab_size)
     if confidence_threshold is not None and proposal.draft_confidence is not None:
         _check_confidence_shape(proposal.draft_confidence, name, rows, num_draft_tokens)
+    if proposal.num_drafts is not None:
+        _check_num_drafts(proposal.num_drafts, name, rows)
     if first_call:
         _check_values(draft_ids[:, :num_draft_tokens], draft_logits if do_sample else None, name, vocab_size)
+
+
+def _check_num_drafts(num_drafts, name: str, rows: int) -> None:
+    """One integer count per active row."""
+    if (
+        not isinstance(num_drafts, torch.Tensor)
+        or num_drafts.is_floating_point()
+        or num_drafts.dtype == torch.bool
+        or tuple(num_drafts.shape) != (rows,)
+    ):
+        described = tuple(num_drafts.shape) if isinstance(num_drafts, torch.Tensor) else type(num_drafts).__name__
+        raise ValueError(
+            f"{name} returned num_drafts {described}: it must be an integer tensor of shape ({rows},), one count "
+            "of drafts worth verifying per active row (or None for all k)."
+        )
 
 
 def _check_draft_ids_layout(draft_ids, name: str, rows: int, num_draft_tokens: int) -> None:

@@ -44,6 +44,7 @@ from ..acceptance import (
     sample_proposal,
 )
 from ..drafting import Drafter
+from .draft_length import DraftLengthSchedule, time_forward
 from .processor_gating import apply_to_every_position, is_position_independent, processors_acting_on
 from .proposal_checks import check_proposal
 from .stats import SpeculativeDecodingStats
@@ -167,6 +168,7 @@ def run_speculative_loop(
     stopping_criteria: StoppingCriteriaList,
     config: SpeculativeLoopConfig,
     streamer=None,
+    draft_length_schedule: DraftLengthSchedule | None = None,
 ) -> LoopResult:
     """Generate with draft-then-verify until every row is finished.
 
@@ -183,6 +185,8 @@ def run_speculative_loop(
         config (`SpeculativeLoopConfig`): β, τ, k, lengths, special tokens, greedy or sampling.
         streamer (`BaseStreamer`, *optional*): Receives the prompt, then the tokens of every iteration as they are
             accepted (batch size 1).
+        draft_length_schedule ([`DraftLengthSchedule`], *optional*): Chooses each iteration's k, up to
+            `config.num_draft_tokens` (0: a plain verifier step); `None` drafts `config.num_draft_tokens` every time.
     """
     rows = _start(input_ids, config)
     if encoder_attention_mask is not None and bool(encoder_attention_mask.all()):
@@ -205,6 +209,11 @@ def run_speculative_loop(
         _reserve_columns(rows, config)
         batch = _active_batch(rows)
         k = _iteration_k(config, batch, position_limit, state_layers, context.verifier_states)
+        scheduled = draft_length_schedule is not None and k > 0
+        if scheduled:
+            k = draft_length_schedule.next_k(
+                len(rows.active), k, _verify_timer(verifier, context, cache, cache_length, batch, config, causal_masks)
+            )
         # 1. Draft
         drafts, proposal_q, verify_counts = draft(drafter, context, batch, k, logits_processor, config, stats)
         # 2. Verify
@@ -225,6 +234,8 @@ def run_speculative_loop(
         if streamer is not None:
             # a host tensor, as generate() hands its streamers, built from the tokens the transfer brought over
             streamer.put(torch.tensor(outcome.streamed[: outcome.num_new[0]]))
+        if scheduled:
+            draft_length_schedule.observe(outcome.drafted, outcome.accepted)
         _advance_lengths(rows, outcome.num_new)
         stats.count_iteration(rows.active, outcome.num_new, outcome.drafted, outcome.accepted)
         if rows.recorded is not None:
@@ -300,6 +311,30 @@ def _iteration_k(
     return max(k, 0)
 
 
+def _verify_timer(
+    verifier,
+    context: RowContext,
+    cache: EncoderDecoderCache,
+    cache_length: int,
+    batch: ActiveBatch,
+    config: SpeculativeLoopConfig,
+    causal_masks: CausalMaskTable,
+):
+    """`measure(width)`: the time of this iteration's verifier forward with `width` drafts, on the cache as it is
+    (cropped back after each forward; the drafts are stand-ins, only the time is read)."""
+
+    def measure(width: int) -> float:
+        drafts = batch.committed[:, :1].expand(-1, width)
+
+        def forward() -> None:
+            _, fed_length = verify(verifier, context, cache, cache_length, batch, drafts, None, config, causal_masks)
+            cache.crop(cache_length - fed_length)
+
+        return time_forward(forward, batch.committed.device)
+
+    return measure
+
+
 def _budgets(
     lengths: torch.LongTensor, k: int, verify_counts: torch.LongTensor | None, config: SpeculativeLoopConfig
 ) -> torch.LongTensor:
@@ -355,15 +390,18 @@ def draft(
         drafts, proposal_q = sample_proposal(
             proposal.draft_logits, drafts, committed, logits_processor, config.vocab_size
         )
-    if config.confidence_threshold is None:
-        return drafts, proposal_q, None
+    verify_counts = None
+    if proposal.num_drafts is not None:
+        verify_counts = proposal.num_drafts.to(committed.device).clamp(0, k)
     # the confidence is the drafter's own (its draft_confidence, or derived from its logits at its own draft_ids),
     # whatever the loop sampled: cutting on it keeps greedy output and the sampling distribution exactly as they are
-    confidence = proposal.confidence()
-    if confidence is None:
+    confidence = None if config.confidence_threshold is None else proposal.confidence()
+    if confidence is not None:
+        confident = confident_draft_counts(confidence[:, :k].to(committed.device), config.confidence_threshold)
+        verify_counts = confident if verify_counts is None else torch.minimum(verify_counts, confident)
+    if verify_counts is None:
         return drafts, proposal_q, None
-    verify_counts = confident_draft_counts(confidence[:, :k].to(committed.device), config.confidence_threshold)
-    # verify only as far as the most confident row needs; the others stop at their own count
+    # verify only as far as the row that verifies the most needs; the others stop at their own count
     k = int(verify_counts.max())
     return drafts[:, :k], None if proposal_q is None else proposal_q[:, :k], verify_counts
 

@@ -153,3 +153,19 @@ def test_log_is_readable_when_redirected(base_argv, tmp_path):
     text = log.read_bytes()  # bytes: text mode would turn the carriage returns into newlines
     assert b"\r" not in text
     assert b"| spec_k4_b1_t0 | 4 |" in text
+
+
+def test_source_copy_drafters_and_a_chosen_k_run_as_strategies(base_argv, eval_models, tmp_path):
+    """`source_copy` alone and before the trained drafter, and k chosen as decoding runs: β=1 equal to greedy."""
+    at = base_argv.index("--drafters")
+    argv = base_argv[:at] + base_argv[at + 2 :]
+    argv += ["--drafters", eval_models["drafter"], "source_copy", f"source_copy+{eval_models['drafter']}"]
+    argv += ["--strategies", "greedy", "spec_k4_b1_t0", "spec_kauto_b1_t0"]
+    data = load_script().main(argv)
+    strategies = data["strategies"]
+    assert {f"spec_k{k}_b1_t0_d{index}" for k in ("4", "auto") for index in range(3)} <= set(strategies)
+    for name, result in strategies.items():
+        if name.startswith("spec_"):
+            assert result["identical_to_greedy"] == 1.0, name
+    drafters = data["models"]["drafters"]
+    assert drafters[1]["parameter_bytes"] == 0 and drafters[2]["parameter_bytes"] == drafters[0]["parameter_bytes"]

@@ -34,6 +34,8 @@ def test_single_row_groups_follow_the_rows_of_each_batch():
 
 def test_parse_strategy_names():
     assert parse_strategy("spec_k8_b1_t0") == Strategy("spec_k8_b1_t0", "speculative", 8, 1, 0.0, None)
+    assert parse_strategy("spec_kauto_b1_t0").num_draft_tokens == "auto"
+    assert generation_kwargs(parse_strategy("spec_kauto_b3_t1"), 10, drafter=object())["num_draft_tokens"] == "auto"
     assert parse_strategy("spec_k10_b5_t3.5_d1") == Strategy("spec_k10_b5_t3.5_d1", "speculative", 10, 5, 3.5, 1)
     truncated = parse_strategy("spec_k8_b1_t0_c0.25_d1")
     assert (truncated.num_draft_tokens, truncated.confidence_threshold, truncated.drafter_index) == (8, 0.25, 1)

@@ -1,0 +1,226 @@
+"""A drafter that copies from the source: no training, for tasks whose outputs reuse spans of their input.
+
+Summaries, edits and many translations of names and numbers copy their source. Input-guided aggressive decoding (Ge
+et al., 2022, arXiv 2205.10350) drafted such outputs by copying the input; transformers' prompt lookup
+(`prompt_lookup_num_tokens`) matches n-grams of the decoder's own tokens, which on an encoder-decoder model never see
+the source. [`SourceCopyDrafter`] matches the last generated tokens of each row in that row's *source ids* (the
+encoder input) and proposes what follows there. Where no n-gram matches, it proposes nothing (`num_drafts` 0: the
+loop steps that row as greedy decoding would), or asks a `fallback` drafter (a trained Spec-Drafter) for that row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..drafting import Drafter, DraftProposal, validate_drafter
+from ..generation.spec_drafter_adapter import as_drafter
+
+__all__ = ["SourceCopyDrafter", "SourceCopyState", "find_source_continuations"]
+
+
+@dataclass
+class SourceCopyState:
+    """Per-`generate()` state: the source ids (`-1` at padding, which never matches) and the fallback's state."""
+
+    source_ids: torch.LongTensor
+    fallback_state: Any = None
+
+
+def find_source_continuations(
+    source_ids: torch.LongTensor,
+    prefix_ids: torch.LongTensor,
+    prefix_lengths: torch.LongTensor,
+    num_tokens: int,
+    max_ngram_size: int,
+    min_ngram_size: int = 1,
+) -> tuple[torch.LongTensor, torch.LongTensor]:
+    """For each row, the `num_tokens` source tokens after the first occurrence of the row's last n prefix tokens,
+    with n the longest that occurs, from `max_ngram_size` down to `min_ngram_size`.
+
+    Args:
+        source_ids (`torch.LongTensor` of shape `(rows, source_length)`): Source ids, `-1` where padded.
+        prefix_ids (`torch.LongTensor` of shape `(rows, prefix_length)`): Committed tokens, right-padded.
+        prefix_lengths (`torch.LongTensor` of shape `(rows,)`): Valid tokens per row.
+
+    Returns:
+        `continuations` `(rows, num_tokens)` (0 where there is none) and `counts` `(rows,)`: how many leading
+        continuation tokens each row has (0 without a match, fewer than `num_tokens` near the source's end).
+    """
+    rows, source_length = source_ids.shape
+    device = source_ids.device
+    start = torch.full((rows,), -1, dtype=torch.long, device=device)  # where the continuation begins
+    for size in range(max_ngram_size, min_ngram_size - 1, -1):
+        if size >= source_length:
+            continue
+        # the row's last `size` tokens; rows with fewer committed tokens cannot match at this size
+        offsets = prefix_lengths.unsqueeze(1) - size + torch.arange(size, device=device)
+        suffix = prefix_ids.gather(1, offsets.clamp(min=0))
+        windows = source_ids.unfold(1, size, 1)[:, : source_length - size]  # windows with a token after them
+        hits = (windows == suffix.unsqueeze(1)).all(dim=2) & (prefix_lengths >= size).unsqueeze(1)
+        found = hits.any(dim=1) & (start < 0)
+        first = hits.float().argmax(dim=1)  # the first occurrence
+        start = torch.where(found, first + size, start)
+    positions = start.unsqueeze(1) + torch.arange(num_tokens, device=device)
+    continuations = source_ids.gather(1, positions.clamp(0, source_length - 1))
+    valid = (start >= 0).unsqueeze(1) & (positions < source_length) & (continuations >= 0)
+    counts = valid.long().cumprod(dim=1).sum(dim=1)
+    return torch.where(valid, continuations, 0), counts
+
+
+class SourceCopyDrafter(Drafter):
+    """Drafts by copying from the source: the tokens that follow, in the row's source ids, the longest n-gram of its
+    last generated tokens found there.
+
+    The verifier's source and target must share one vocabulary (BART, T5, Pegasus, mBART and Marian models with a
+    shared vocabulary do): build it with [`~SourceCopyDrafter.from_verifier`], which checks that.
+
+    Args:
+        vocab_size (`int`): The verifier's vocabulary size.
+        num_draft_tokens (`int`, *optional*, defaults to 8): Default k (tokens copied per iteration).
+        max_ngram_size (`int`, *optional*, defaults to 3): The longest n-gram of the prefix matched in the source.
+        min_ngram_size (`int`, *optional*, defaults to 1): The shortest.
+        fallback (`Drafter` or `SpecDrafterModel`, *optional*): Drafts the rows the source does not continue (a
+            trained drafter of this verifier); without it those rows verify no drafts.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        num_draft_tokens: int = 8,
+        max_ngram_size: int = 3,
+        min_ngram_size: int = 1,
+        fallback=None,
+    ):
+        for name, value in (
+            ("num_draft_tokens", num_draft_tokens),
+            ("max_ngram_size", max_ngram_size),
+            ("min_ngram_size", min_ngram_size),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"`{name}` must be an integer >= 1, got {value!r}.")
+        if min_ngram_size > max_ngram_size:
+            raise ValueError(
+                f"`min_ngram_size` ({min_ngram_size}) must be at most `max_ngram_size` ({max_ngram_size})."
+            )
+        self.vocab_size = vocab_size
+        self.max_ngram_size = max_ngram_size
+        self.min_ngram_size = min_ngram_size
+        self.fallback = None if fallback is None else as_drafter(fallback)
+        if self.fallback is not None:
+            validate_drafter(self.fallback, vocab_size)
+        self.num_draft_tokens = num_draft_tokens
+        limit = None if self.fallback is None else getattr(self.fallback, "max_draft_tokens", None)
+        if limit is not None and num_draft_tokens > limit:
+            raise ValueError(
+                f"`num_draft_tokens` ({num_draft_tokens}) exceeds the fallback drafter's `max_draft_tokens` "
+                f"({limit}): lower it to at most {limit}."
+            )
+        self.max_draft_tokens = limit
+        self.max_positions = None if self.fallback is None else getattr(self.fallback, "max_positions", None)
+        self.verifier_state_layers = (
+            None if self.fallback is None else getattr(self.fallback, "verifier_state_layers", None)
+        )
+
+    @classmethod
+    def from_verifier(cls, verifier, **kwargs) -> SourceCopyDrafter:
+        """A source-copy drafter for `verifier`, whose encoder and decoder must read one shared vocabulary.
+
+        Raises:
+            ValueError: for a verifier that is not encoder-decoder, or whose encoder and decoder embed different
+                vocabularies (copied source ids would mean other tokens in the target).
+        """
+        if not getattr(verifier.config, "is_encoder_decoder", False):
+            raise ValueError(
+                f"SourceCopyDrafter copies from an encoder's input; {type(verifier).__name__} is decoder-only: use "
+                "transformers' prompt lookup (`prompt_lookup_num_tokens`) instead."
+            )
+        if not _shares_vocabulary(verifier):
+            raise ValueError(
+                f"SourceCopyDrafter needs a verifier whose source and target share one vocabulary, but "
+                f"{type(verifier).__name__}'s encoder and decoder have separate embeddings "
+                "(`share_encoder_decoder_embeddings=False`): source ids would mean other target tokens. Use a "
+                "trained drafter (`SpecDrafterModel`) for this verifier."
+            )
+        vocab_size = verifier.config.get_text_config(decoder=True).vocab_size
+        return cls(vocab_size, **kwargs)
+
+    def init_drafting_state(self, input_ids, attention_mask, encoder_hidden_states) -> SourceCopyState:
+        """Keep the source ids (padding as -1); start the fallback's state.
+
+        Raises:
+            ValueError: when `generate()` was given no source ids (`inputs_embeds` or `encoder_outputs` alone).
+        """
+        if input_ids is None:
+            raise ValueError(
+                "SourceCopyDrafter copies from the source ids, but `generate()` was given none (`inputs_embeds`, or "
+                "`encoder_outputs` without `input_ids`): pass the source `input_ids`."
+            )
+        source_ids = input_ids.long()
+        if attention_mask is not None:
+            source_ids = source_ids.masked_fill(attention_mask.to(source_ids.device) == 0, -1)
+        fallback_state = None
+        if self.fallback is not None:
+            fallback_state = self.fallback.init_drafting_state(input_ids, attention_mask, encoder_hidden_states)
+        return SourceCopyState(source_ids, fallback_state)
+
+    def select_rows(self, state: SourceCopyState, rows: torch.LongTensor) -> SourceCopyState:
+        """Keep the rows `rows` of the source ids and of the fallback's state."""
+        fallback_state = state.fallback_state
+        if self.fallback is not None:
+            fallback_state = self.fallback.select_rows(fallback_state, rows)
+        return SourceCopyState(state.source_ids.index_select(0, rows.to(state.source_ids.device)), fallback_state)
+
+    def propose(self, state, prefix_ids, prefix_lengths, num_draft_tokens, verifier_states=None) -> DraftProposal:
+        """Copy the source's continuation of each row's last n-gram; ask the fallback for rows without one (only when
+        some row has none).
+
+        Returns:
+            [`~specdec_hf.drafting.DraftProposal`]: `draft_ids` `(rows, k)`, no scores (a copied token is a certain
+            proposal), and `num_drafts` `(rows,)`: the copied tokens per row, or k for a row the fallback drafted.
+        """
+        device = state.source_ids.device
+        copied, counts = find_source_continuations(
+            state.source_ids,
+            prefix_ids.to(device),
+            prefix_lengths.to(device),
+            num_draft_tokens,
+            self.max_ngram_size,
+            self.min_ngram_size,
+        )
+        if self.fallback is None:
+            return DraftProposal(draft_ids=copied, draft_logits=None, state=state, num_drafts=counts)
+        unmatched = counts == 0
+        if not bool(unmatched.any()):
+            return DraftProposal(draft_ids=copied, draft_logits=None, state=state, num_drafts=counts)
+        # the fallback sees every row (its prefix cache advances with all of them) and drafts where the copy has none
+        proposal = self.fallback.propose(
+            state.fallback_state, prefix_ids, prefix_lengths, num_draft_tokens, verifier_states
+        )
+        fallback_counts = torch.full_like(counts, num_draft_tokens)
+        if proposal.num_drafts is not None:
+            fallback_counts = proposal.num_drafts.to(device)
+        draft_ids = torch.where(unmatched.unsqueeze(1), proposal.draft_ids[:, :num_draft_tokens].to(device), copied)
+        num_drafts = torch.where(unmatched, fallback_counts, counts)
+        return DraftProposal(
+            draft_ids=draft_ids,
+            draft_logits=None,
+            state=SourceCopyState(state.source_ids, proposal.state),
+            num_drafts=num_drafts,
+        )
+
+
+def _shares_vocabulary(verifier) -> bool:
+    """Whether the encoder and the decoder embed tokens with one matrix (or matrices of equal values)."""
+    encoder, decoder = verifier.get_encoder(), verifier.get_decoder()
+    encoder_embeddings = getattr(encoder, "embed_tokens", None)
+    decoder_embeddings = getattr(decoder, "embed_tokens", None)
+    if encoder_embeddings is None or decoder_embeddings is None:
+        return bool(getattr(verifier.config, "share_encoder_decoder_embeddings", True))
+    if encoder_embeddings.weight is decoder_embeddings.weight:
+        return True
+    return encoder_embeddings.weight.shape == decoder_embeddings.weight.shape and bool(
+        getattr(verifier.config, "share_encoder_decoder_embeddings", True)
+    )

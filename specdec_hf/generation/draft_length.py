@@ -1,0 +1,263 @@
+"""Choosing the draft length k as decoding runs, k = 0 (a plain verifier step) included.
+
+A fixed k is right on one machine and wrong on another: what verifying k drafts costs depends on the CPU or GPU, the
+verifier's shape and the batch, and what the drafts are worth depends on the drafter and the text. Adaptive draft
+lengths (SpecDec++, Huang et al., 2024, arXiv 2405.19715; DISCO, Mamou et al., 2024, arXiv 2405.04304) choose k per
+iteration; this module chooses it from two measured things:
+
+- **what an iteration costs** ([`IterationCostTable`]): a verifier forward over the uncached tokens and w drafts,
+  timed once per process, verifier, batch width and device at the cache's real state (`calibrate`), plus what the
+  loop pays around it with and without a drafter call, read from the iterations' own wall time as decoding runs;
+- **what the drafts are worth** ([`AcceptanceEstimate`]): how often the first i drafts were all accepted so far by
+  this verifier and drafter under this rule (kept for the process, so that the next `generate()` starts informed).
+
+Each iteration takes the k that maximises expected tokens per second, ``(1 + Σ_{i<k} P(first i+1 accepted)) /
+cost(k)``; k = 0 costs a verifier step without a drafter call. While k = 0 wins, drafting is probed now and then at
+the largest k, with growing intervals, so that a drafter whose drafts start to pay is found again. The choice is a
+pure function of the cost table and the acceptance counts ([`choose_draft_length`]), so it is deterministic for
+given measurements; it never looks at the drafts being verified, so β=1 stays exactly greedy and speculative
+sampling keeps its distribution whatever k is chosen.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+__all__ = [
+    "AUTO",
+    "AcceptanceEstimate",
+    "DraftLengthSchedule",
+    "IterationCostTable",
+    "choose_draft_length",
+    "clear_measurements",
+]
+
+# the value of `num_draft_tokens` that asks for a k chosen as decoding runs
+AUTO = "auto"
+
+# prior of P(first i+1 drafts accepted) before any iteration was seen: optimistic enough that a drafter is tried
+_PRIOR_FIRST = 0.6
+# weight of that prior, in iterations
+_PRIOR_WEIGHT = 2.0
+# timed repeats of each width when a cost table is calibrated (after one untimed forward)
+_CALIBRATION_REPEATS = 3
+# iterations at k = 0 before the first probe of drafting; the interval doubles after a probe that did not pay
+_FIRST_PROBE_INTERVAL = 8
+_MAX_PROBE_INTERVAL = 128
+# iterations of each kind whose cost beyond the verifier's forward is remembered
+_RECENT_ITERATIONS = 8
+
+
+def choose_draft_length(
+    verify_seconds: Sequence[float], overheads: tuple[float, float], acceptance: Sequence[float]
+) -> int:
+    """The draft length with the most expected tokens per second.
+
+    Args:
+        verify_seconds (`Sequence[float]`): `verify_seconds[w]`, the verifier forward's time with w drafts (w = 0: a
+            plain step); its length bounds k.
+        overheads (`tuple[float, float]`): What an iteration costs besides the verifier's forward, without a drafter
+            call (k = 0) and with one (k > 0).
+        acceptance (`Sequence[float]`): `acceptance[i]`, the probability that the first i + 1 drafts are all
+            accepted; at least `len(verify_seconds) - 1` entries.
+
+    Returns:
+        `int`: k in `[0, len(verify_seconds) - 1]`; the smallest of equally good ones.
+    """
+    plain, drafting = overheads
+    best_k, best_rate = 0, 1.0 / (verify_seconds[0] + plain)
+    expected = 1.0
+    for k in range(1, len(verify_seconds)):
+        expected += acceptance[k - 1]
+        rate = expected / (verify_seconds[k] + drafting)
+        if rate > best_rate:
+            best_k, best_rate = k, rate
+    return best_k
+
+
+@dataclass
+class AcceptanceEstimate:
+    """Running counts of how far drafts were accepted, per draft position, with a prior for positions not yet seen.
+
+    Args:
+        verified (`list[int]`): `verified[i]`, iterations of a row in which draft i was verified.
+        accepted (`list[int]`): `accepted[i]`, those in which drafts 0..i were all accepted.
+    """
+
+    verified: list[int] = field(default_factory=list)
+    accepted: list[int] = field(default_factory=list)
+
+    def update(self, drafted: Sequence[int], accepted: Sequence[int]) -> None:
+        """Count one iteration: per row, the drafts it verified and how many of them it accepted."""
+        width = max(drafted, default=0)
+        if width > len(self.verified):
+            self.verified.extend([0] * (width - len(self.verified)))
+            self.accepted.extend([0] * (width - len(self.accepted)))
+        for row_drafted, row_accepted in zip(drafted, accepted, strict=True):
+            for position in range(row_drafted):
+                self.verified[position] += 1
+            for position in range(row_accepted):
+                self.accepted[position] += 1
+
+    def probabilities(self, length: int) -> list[float]:
+        """P(first i + 1 drafts all accepted) for i < `length`: the counts smoothed towards a geometric prior, made
+        non-increasing in i (accepting i + 2 drafts needs the first i + 1)."""
+        probabilities = []
+        previous = 1.0
+        for position in range(length):
+            prior = _PRIOR_FIRST ** (position + 1)
+            verified = self.verified[position] if position < len(self.verified) else 0
+            accepted = self.accepted[position] if position < len(self.accepted) else 0
+            estimate = (accepted + _PRIOR_WEIGHT * prior) / (verified + _PRIOR_WEIGHT)
+            previous = min(previous, estimate)
+            probabilities.append(previous)
+        return probabilities
+
+
+@dataclass
+class IterationCostTable:
+    """What one iteration costs for one batch width, in seconds.
+
+    Args:
+        verify_seconds (`list[float]`): The verifier forward's median time with w drafts, w = 0..max k.
+        plain_recent (`deque[float]`), drafting_recent (`deque[float]`): The latest iterations' times beyond their
+            verifier forward, without a drafter call (k = 0) and with one (the call included).
+    """
+
+    verify_seconds: list[float]
+    plain_recent: deque = field(default_factory=lambda: deque(maxlen=_RECENT_ITERATIONS))
+    drafting_recent: deque = field(default_factory=lambda: deque(maxlen=_RECENT_ITERATIONS))
+
+    @property
+    def overheads(self) -> tuple[float, float]:
+        """What an iteration costs beyond its verifier forward, without and with a drafter call: the least of the
+        recent ones (a timing is only ever slowed by what else runs, and a first call pays one-off set-up); 0 before
+        any was seen, so that each kind of iteration gets tried."""
+        return min(self.plain_recent, default=0.0), min(self.drafting_recent, default=0.0)
+
+    def observe(self, k: int, seconds: float) -> None:
+        """Record one timed iteration of draft length `k`."""
+        overhead = max(seconds - self.verify_seconds[min(k, len(self.verify_seconds) - 1)], 0.0)
+        (self.drafting_recent if k > 0 else self.plain_recent).append(overhead)
+
+
+# per verifier (weakly held, so a deleted model takes its measurements with it): cost tables by (batch width,
+# device, largest k), and acceptance counts by (drafter, rule)
+_COST_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_ACCEPTANCE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def clear_measurements() -> None:
+    """Forget every cost table and acceptance count of this process (the next `generate()` measures again)."""
+    _COST_TABLES.clear()
+    _ACCEPTANCE.clear()
+
+
+def _rows_bucket(rows: int) -> int:
+    """Batch widths share a cost table by powers of two (a row more or less changes little)."""
+    return 1 << (rows - 1).bit_length()
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class DraftLengthSchedule:
+    """The draft length of each iteration of one `generate()` call, from the process's measurements.
+
+    Args:
+        verifier (`PreTrainedModel`): The verifier (the key of its cost tables).
+        drafter_key (`object`): The object the user passed as `drafter` (the key of the acceptance counts).
+        max_draft_tokens (`int`): The largest k to consider.
+        rule (`tuple`): What changes acceptance besides the drafter: `(beta, tau, do_sample)`.
+        device (`torch.device`): Where the verifier runs.
+    """
+
+    def __init__(self, verifier, drafter_key, max_draft_tokens: int, rule: tuple, device: torch.device):
+        self.max_draft_tokens = max_draft_tokens
+        self.device = device
+        self._tables = _COST_TABLES.setdefault(verifier, {})
+        try:
+            per_drafter = _ACCEPTANCE.setdefault(drafter_key, {})
+        except TypeError:  # a drafter that cannot be weakly referenced: counts for this call only
+            per_drafter = {}
+        self.acceptance = per_drafter.setdefault((id(verifier), rule), AcceptanceEstimate())
+        self._table: IterationCostTable | None = None
+        self._plain_streak = 0
+        self._probe_interval = _FIRST_PROBE_INTERVAL
+        self._probing = False
+        self._started: float | None = None
+        self._k = 0
+
+    def table_for(self, rows: int, measure: Callable[[int], float]) -> IterationCostTable:
+        """The cost table of this batch width, calibrated now with `measure(w)` (seconds of one verifier forward
+        with w drafts) if this process has none yet."""
+        key = (_rows_bucket(rows), str(self.device), self.max_draft_tokens)
+        table = self._tables.get(key)
+        if table is None:
+            table = IterationCostTable([measure(width) for width in range(self.max_draft_tokens + 1)])
+            self._tables[key] = table
+        return table
+
+    def next_k(self, rows: int, limit: int, measure: Callable[[int], float]) -> int:
+        """This iteration's k (at most `limit`), and the start of its timing.
+
+        Args:
+            rows (`int`): Active rows.
+            limit (`int`): The largest k this iteration may take (length and position limits).
+            measure (`Callable[[int], float]`): Times one verifier forward with w drafts at the cache's state, for a
+                batch width not calibrated yet.
+        """
+        self._table = self.table_for(rows, measure)
+        table = self._table
+        width = min(limit, self.max_draft_tokens)
+        k = choose_draft_length(
+            table.verify_seconds[: width + 1],
+            table.overheads,
+            self.acceptance.probabilities(width),
+        )
+        self._probing = k == 0 and width > 0 and self._plain_streak >= self._probe_interval
+        if self._probing:
+            k = width
+        elif k > 0:  # drafting pays again: probe early the next time it stops paying
+            self._probe_interval = _FIRST_PROBE_INTERVAL
+        self._k = k
+        _synchronize(self.device)
+        self._started = time.perf_counter()
+        return k
+
+    def observe(self, drafted: Sequence[int], accepted: Sequence[int]) -> None:
+        """End the iteration's timing (the loop has read its outcome on the host: the device is done) and count
+        what its drafts were worth."""
+        if self._started is None:
+            return
+        seconds = time.perf_counter() - self._started
+        self._started = None
+        self._table.observe(self._k, seconds)
+        self.acceptance.update(drafted, accepted)
+        if self._k > 0:
+            if self._probing:
+                self._probe_interval = min(2 * self._probe_interval, _MAX_PROBE_INTERVAL)
+            self._plain_streak = 0
+        else:
+            self._plain_streak += 1
+
+
+def time_forward(forward: Callable[[], None], device: torch.device) -> float:
+    """The median time of `forward()` over a few repeats after one untimed call, in seconds."""
+    forward()
+    times = []
+    for _ in range(_CALIBRATION_REPEATS):
+        _synchronize(device)
+        start = time.perf_counter()
+        forward()
+        _synchronize(device)
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]

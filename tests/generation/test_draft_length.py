@@ -1,0 +1,176 @@
+"""A draft length chosen as decoding runs (`num_draft_tokens="auto"`): exact whatever k it takes, k = 0 a plain
+verifier step, and the choice a deterministic function of the cost table and the acceptance counts."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+from conftest import VOCAB_SIZE, build_verifier, make_source_batch
+from oracle_drafters import OracleDrafter
+
+from specdec_hf import speculative_generate
+from specdec_hf.generation import draft_length
+from specdec_hf.generation.draft_length import (
+    AcceptanceEstimate,
+    DraftLengthSchedule,
+    IterationCostTable,
+    choose_draft_length,
+)
+
+GREEDY = dict(do_sample=False, num_beams=1)
+
+
+class SlowWrongDrafter(OracleDrafter):
+    """Always wrong, and its call costs a few milliseconds, more than a tiny verifier's step: drafting never pays."""
+
+    def propose(self, *args, **kwargs):
+        time.sleep(0.005)
+        return super().propose(*args, **kwargs)
+
+
+@pytest.fixture(autouse=True)
+def fresh_measurements():
+    draft_length.clear_measurements()
+    yield
+    draft_length.clear_measurements()
+
+
+def _generate_auto(model, inputs, drafter, **kwargs):
+    return model.generate(
+        **inputs,
+        **GREEDY,
+        custom_generate=speculative_generate,
+        drafter=drafter,
+        num_draft_tokens="auto",
+        return_dict_in_generate=True,
+        **kwargs,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the choice, on hand-written costs and acceptance
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_a_free_verification_of_sure_drafts_takes_the_largest_k():
+    assert choose_draft_length([1.0] * 5, (0.0, 0.0), [1.0] * 4) == 4
+
+
+def test_drafts_never_accepted_take_a_plain_step():
+    assert choose_draft_length([1.0, 1.0, 1.0], (0.0, 0.1), [0.0, 0.0]) == 0
+
+
+def test_the_choice_weighs_tokens_against_seconds():
+    # k=1: 1.5 tokens / 1.2 s = 1.25; k=2: 1.75 / 1.6 = 1.09; k=0: 1 / 1.0
+    assert choose_draft_length([1.0, 1.1, 1.5], (0.0, 0.1), [0.5, 0.25]) == 1
+    # the drafter's call costs more than the drafts bring: a plain step
+    assert choose_draft_length([1.0, 1.1, 1.5], (0.0, 0.6), [0.5, 0.25]) == 0
+
+
+def test_the_choice_is_deterministic_and_takes_the_smallest_of_ties():
+    costs, acceptance = [1.0, 2.0, 3.0], [1.0, 1.0]  # every k gives one token per second
+    assert {choose_draft_length(costs, (0.0, 0.0), acceptance) for _ in range(5)} == {0}
+
+
+def test_acceptance_estimate_starts_from_its_prior_and_follows_the_counts():
+    estimate = AcceptanceEstimate()
+    prior = estimate.probabilities(3)
+    assert prior[0] > prior[1] > prior[2] > 0
+    for _ in range(200):
+        estimate.update([3, 3], [3, 0])  # one row always accepts all three, the other none
+    assert estimate.probabilities(3) == pytest.approx([0.5, 0.5, 0.5], abs=0.01)
+
+
+def test_acceptance_estimate_never_rises_with_the_position():
+    estimate = AcceptanceEstimate()
+    estimate.update([1], [0])  # position 0 seen once, rejected; position 1 only has its prior
+    first, second = estimate.probabilities(2)
+    assert second <= first
+
+
+def test_a_useless_drafter_is_probed_less_and_less_often():
+    table = IterationCostTable([1.0, 1.0, 1.0])
+    schedule = DraftLengthSchedule(object, None, 2, (1, 0.0, False), torch.device("cpu"))
+    schedule._tables[(1, "cpu", 2)] = table
+    choices = []
+    for _ in range(120):
+        k = schedule.next_k(1, 2, measure=lambda width: pytest.fail("the table is given"))
+        choices.append(k)
+        schedule.observe([k], [0])
+        # pin the costs the timing would read
+        table.plain_recent.clear(), table.drafting_recent.clear()
+        table.plain_recent.append(0.0), table.drafting_recent.append(0.5)
+    probes = [index for index, k in enumerate(choices) if k > 0]
+    gaps = [later - earlier for earlier, later in zip(probes, probes[1:], strict=False)]
+    assert choices[-20:].count(0) >= 19
+    assert len(gaps) >= 3 and gaps == sorted(gaps) and gaps[-1] > gaps[0]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# in generate(): exact, and k = 0 a greedy step
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("batch_size", [1, 4])
+@pytest.mark.parametrize("accuracy", ["right", "wrong", "half"])
+def test_auto_draft_length_equals_greedy(family, batch_size, accuracy):
+    model = build_verifier(family)
+    inputs = make_source_batch(batch_size, seed=3, pad_token_id=model.config.pad_token_id)
+    reference = model.generate(**inputs, **GREEDY, max_new_tokens=20)
+    for _ in range(2):  # the second call starts from the first one's measurements
+        output = _generate_auto(model, inputs, OracleDrafter(reference, VOCAB_SIZE, 6, accuracy), max_new_tokens=20)
+        assert torch.equal(output.sequences, reference)
+    stats = output.speculative_stats
+    assert sum(stats.generated_tokens) == (reference.shape[1] - 1) * batch_size
+    if accuracy == "right":
+        assert stats.tokens_per_iteration > 2.0  # sure drafts are verified, several at a time
+
+
+def test_k_zero_iterations_are_greedy_steps(family):
+    """Drafts that are always wrong: after the prior is spent, the loop steps without drafting, one token each."""
+    model = build_verifier(family)
+    inputs = make_source_batch(1, seed=4, pad_token_id=model.config.pad_token_id)
+    reference = model.generate(**inputs, **GREEDY, max_new_tokens=40)
+    drafter = SlowWrongDrafter(reference, VOCAB_SIZE, 4, "wrong")
+    _generate_auto(model, inputs, drafter, max_new_tokens=40)  # learns that the drafts are worthless
+    output = _generate_auto(model, inputs, drafter, max_new_tokens=40)
+    assert torch.equal(output.sequences, reference)
+    stats = output.speculative_stats
+    assert stats.tokens_per_iteration == 1.0
+    assert stats.drafter_calls < stats.verifier_calls / 2
+
+
+def test_auto_draft_length_keeps_the_sampling_distribution_exact_in_its_support():
+    """Sampling with a chosen k: every sampled token is one the processed verifier distribution allows (top_k=1
+    makes sampling deterministic, so the output equals greedy's)."""
+    model = build_verifier("bart")
+    inputs = make_source_batch(2, seed=5, pad_token_id=model.config.pad_token_id)
+    reference = model.generate(**inputs, **GREEDY, max_new_tokens=16)
+    drafter = OracleDrafter(reference, VOCAB_SIZE, 4, "half")
+    output = model.generate(
+        **inputs,
+        do_sample=True,
+        top_k=1,
+        max_new_tokens=16,
+        custom_generate=speculative_generate,
+        drafter=drafter,
+        num_draft_tokens="auto",
+    )
+    assert torch.equal(output, reference)
+
+
+def test_an_unknown_draft_length_word_is_refused():
+    model = build_verifier("bart")
+    inputs = make_source_batch(1, pad_token_id=model.config.pad_token_id)
+    drafter = OracleDrafter(model.generate(**inputs, **GREEDY, max_new_tokens=4), VOCAB_SIZE, 4, "right")
+    with pytest.raises(ValueError, match=r"`num_draft_tokens` must be .* or 'auto'.*got 'adaptive'"):
+        model.generate(
+            **inputs,
+            **GREEDY,
+            custom_generate=speculative_generate,
+            drafter=drafter,
+            num_draft_tokens="adaptive",
+            max_new_tokens=4,
+        )

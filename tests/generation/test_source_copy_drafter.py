@@ -1,0 +1,183 @@
+"""The source-copy drafter: what it proposes, exact β=1 output alone and before a trained drafter, and its refusals."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import VOCAB_SIZE, build_verifier, make_source_batch
+from oracle_drafters import OracleDrafter
+
+from specdec_hf import SourceCopyDrafter, speculative_generate
+from specdec_hf.drafters import find_source_continuations
+from specdec_hf.generation import draft_length
+
+GREEDY = dict(do_sample=False, num_beams=1)
+
+
+@pytest.fixture(autouse=True)
+def fresh_measurements():
+    draft_length.clear_measurements()
+    yield
+    draft_length.clear_measurements()
+
+
+def test_continuation_of_the_longest_matching_ngram():
+    source = torch.tensor([[5, 6, 7, 8, 9, 6, 7, 3, -1, -1]])
+    # "6 7" occurs twice: the first occurrence is continued
+    copied, counts = find_source_continuations(source, torch.tensor([[2, 6, 7]]), torch.tensor([3]), 3, 3)
+    assert copied.tolist() == [[8, 9, 6]] and counts.tolist() == [3]
+    # "9 6 7" (the longest n-gram) wins over the earlier "6 7"
+    copied, counts = find_source_continuations(source, torch.tensor([[9, 6, 7]]), torch.tensor([3]), 3, 3)
+    assert copied.tolist()[0][:1] == [3] and counts.tolist() == [1]  # then the source's padding: nothing more
+
+
+def test_no_match_proposes_nothing_and_padding_never_matches():
+    source = torch.tensor([[5, 6, -1, -1], [5, 6, 7, 8]])
+    prefix = torch.tensor([[2, 4, 0], [2, 8, 0]])  # row 1's last token is the source's last: nothing follows it
+    copied, counts = find_source_continuations(source, prefix, torch.tensor([2, 2]), 2, 2)
+    assert counts.tolist() == [0, 0]
+    # a padded prefix: only the row's own committed tokens are matched
+    copied, counts = find_source_continuations(
+        source, torch.tensor([[2, 5, 1, 1]]).expand(2, -1), torch.tensor([2, 2]), 2, 1
+    )
+    assert copied.tolist() == [[6, 0], [6, 7]] and counts.tolist() == [1, 2]
+
+
+def test_min_ngram_size_rejects_shorter_matches():
+    source = torch.tensor([[5, 6, 7, 8]])
+    prefix = torch.tensor([[2, 9, 6]])
+    assert find_source_continuations(source, prefix, torch.tensor([3]), 2, 2, min_ngram_size=2)[1].tolist() == [0]
+    assert find_source_continuations(source, prefix, torch.tensor([3]), 2, 2, min_ngram_size=1)[1].tolist() == [2]
+
+
+@pytest.mark.parametrize("batch_size", [1, 4])
+@pytest.mark.parametrize("num_draft_tokens", [4, "auto"])
+def test_source_copy_equals_greedy(family, batch_size, num_draft_tokens):
+    model = build_verifier(family)
+    inputs = make_source_batch(batch_size, seed=6, pad_token_id=model.config.pad_token_id)
+    reference = model.generate(**inputs, **GREEDY, max_new_tokens=20)
+    drafter = SourceCopyDrafter.from_verifier(model, num_draft_tokens=4, max_ngram_size=2)
+    output = model.generate(
+        **inputs,
+        **GREEDY,
+        max_new_tokens=20,
+        custom_generate=speculative_generate,
+        drafter=drafter,
+        num_draft_tokens=num_draft_tokens,
+        return_dict_in_generate=True,
+    )
+    assert torch.equal(output.sequences, reference)
+
+
+@pytest.mark.parametrize("batch_size", [1, 4])
+def test_source_copy_with_a_fallback_equals_greedy_and_uses_both(family, batch_size):
+    model = build_verifier(family)
+    inputs = make_source_batch(batch_size, seed=7, pad_token_id=model.config.pad_token_id)
+    reference = model.generate(**inputs, **GREEDY, max_new_tokens=20)
+    fallback = OracleDrafter(reference, VOCAB_SIZE, 4, "right")
+    drafter = SourceCopyDrafter.from_verifier(model, num_draft_tokens=4, fallback=fallback)
+    output = model.generate(
+        **inputs,
+        **GREEDY,
+        max_new_tokens=20,
+        custom_generate=speculative_generate,
+        drafter=drafter,
+        return_dict_in_generate=True,
+    )
+    assert torch.equal(output.sequences, reference)
+    assert fallback.calls > 0  # rows the source did not continue were drafted by the fallback
+
+
+def test_each_row_takes_the_copy_where_the_source_continues_it_and_the_fallback_elsewhere():
+    reference = torch.tensor([[2, 40, 41, 42, 43, 44], [2, 50, 51, 52, 53, 54]])
+    fallback = OracleDrafter(reference, VOCAB_SIZE, 3, "right")
+    drafter = SourceCopyDrafter(VOCAB_SIZE, num_draft_tokens=3, max_ngram_size=2, fallback=fallback)
+    source = torch.tensor([[7, 40, 8, 9, 10], [11, 12, 13, 1, 1]])
+    state = drafter.init_drafting_state(source, (source != 1).long(), torch.zeros(2, 5, 4))
+    prefix = torch.tensor([[2, 40], [2, 50]])
+    proposal = drafter.propose(state, prefix, torch.tensor([2, 2]), 3)
+    # row 0: "40" occurs in its source, followed by 8 9 10; row 1: no match, the fallback's (right) drafts
+    assert proposal.draft_ids.tolist() == [[8, 9, 10], [51, 52, 53]]
+    assert proposal.num_drafts.tolist() == [3, 3]
+    assert fallback.calls == 1
+    # every row continued by its source: the fallback is not called
+    proposal = drafter.propose(proposal.state, torch.tensor([[2, 40], [2, 12]]), torch.tensor([2, 2]), 3)
+    assert proposal.draft_ids.tolist() == [[8, 9, 10], [13, 0, 0]] and proposal.num_drafts.tolist() == [3, 1]
+    assert fallback.calls == 1
+
+
+def test_a_source_that_holds_the_output_is_copied():
+    """A source made of the verifier's own greedy output: whatever the model does with it, drafts copied from a
+    source that contains the continuation are accepted where they agree, and the output stays greedy's."""
+    model = build_verifier("bart")
+    inputs = make_source_batch(1, seed=8, pad_token_id=model.config.pad_token_id)
+    first = model.generate(**inputs, **GREEDY, max_new_tokens=12)
+    # the output of `first`'s source, repeated as a source, then decoded again: the model's output for a source it
+    # was built from shares its tokens often enough to be copied
+    source = torch.cat([first[:, 1:], first[:, 1:]], dim=1)
+    reference = model.generate(input_ids=source, **GREEDY, max_new_tokens=12)
+    drafter = SourceCopyDrafter.from_verifier(model, num_draft_tokens=4, max_ngram_size=1)
+    output = model.generate(
+        input_ids=source,
+        **GREEDY,
+        max_new_tokens=12,
+        custom_generate=speculative_generate,
+        drafter=drafter,
+        return_dict_in_generate=True,
+    )
+    assert torch.equal(output.sequences, reference)
+    stats = output.speculative_stats
+    assert sum(stats.drafted_tokens) > 0  # the source continued some prefixes
+
+
+def test_sampling_with_copied_drafts_stays_in_the_verifiers_support():
+    model = build_verifier("t5")
+    inputs = make_source_batch(2, seed=9, pad_token_id=model.config.pad_token_id)
+    reference = model.generate(**inputs, **GREEDY, max_new_tokens=16)
+    drafter = SourceCopyDrafter.from_verifier(model, num_draft_tokens=4)
+    output = model.generate(
+        **inputs,
+        do_sample=True,
+        top_k=1,
+        max_new_tokens=16,
+        custom_generate=speculative_generate,
+        drafter=drafter,
+    )
+    assert torch.equal(output, reference)  # top_k=1: the only token sampling may emit is greedy's
+
+
+def test_separate_vocabularies_are_refused():
+    model = build_verifier("marian", share_encoder_decoder_embeddings=False)
+    with pytest.raises(ValueError, match="share one vocabulary.*share_encoder_decoder_embeddings=False"):
+        SourceCopyDrafter.from_verifier(model)
+
+
+def test_no_source_ids_is_refused():
+    model = build_verifier("bart")
+    inputs = make_source_batch(1, pad_token_id=model.config.pad_token_id)
+    embeds = model.get_encoder().embed_tokens(inputs["input_ids"])
+    with pytest.raises(ValueError, match="copies from the source ids.*pass the source `input_ids`"):
+        model.generate(
+            inputs_embeds=embeds,
+            attention_mask=inputs["attention_mask"],
+            **GREEDY,
+            max_new_tokens=4,
+            custom_generate=speculative_generate,
+            drafter=SourceCopyDrafter.from_verifier(model),
+        )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(num_draft_tokens=0), "`num_draft_tokens` must be an integer >= 1"),
+        (dict(max_ngram_size=2, min_ngram_size=3), "`min_ngram_size` \\(3\\) must be at most"),
+        (dict(num_draft_tokens=9, fallback=OracleDrafter(torch.zeros(1, 2, dtype=torch.long), VOCAB_SIZE)), None),
+    ],
+)
+def test_bad_settings_are_refused(kwargs, message):
+    if message is None:  # a fallback without a limit takes any k
+        assert SourceCopyDrafter(VOCAB_SIZE, **kwargs).num_draft_tokens == 9
+        return
+    with pytest.raises(ValueError, match=message):
+        SourceCopyDrafter(VOCAB_SIZE, **kwargs)
