@@ -34,9 +34,14 @@ __all__ = [
     "AcceptanceEstimate",
     "DraftLengthSchedule",
     "IterationCostTable",
+    "calibrate",
     "choose_draft_length",
     "clear_measurements",
+    "non_decreasing",
 ]
+
+# the clock of every timing here (a module attribute, so that tests can give a clock of their own)
+_clock = time.perf_counter
 
 # the value of `num_draft_tokens` that asks for a k chosen as decoding runs
 AUTO = "auto"
@@ -45,8 +50,8 @@ AUTO = "auto"
 _PRIOR_FIRST = 0.6
 # weight of that prior, in iterations
 _PRIOR_WEIGHT = 2.0
-# timed repeats of each width when a cost table is calibrated (after one untimed forward)
-_CALIBRATION_REPEATS = 3
+# timed rounds over every width when a cost table is calibrated (after one untimed round)
+_CALIBRATION_ROUNDS = 5
 # iterations at k = 0 before the first probe of drafting; the interval doubles after a probe that did not pay
 _FIRST_PROBE_INTERVAL = 8
 _MAX_PROBE_INTERVAL = 128
@@ -55,7 +60,10 @@ _RECENT_ITERATIONS = 8
 
 
 def choose_draft_length(
-    verify_seconds: Sequence[float], overheads: tuple[float, float], acceptance: Sequence[float]
+    verify_seconds: Sequence[float],
+    overheads: tuple[float, float],
+    acceptance: Sequence[float],
+    drafting: bool = False,
 ) -> int:
     """The draft length with the most expected tokens per second.
 
@@ -66,16 +74,18 @@ def choose_draft_length(
             call (k = 0) and with one (k > 0).
         acceptance (`Sequence[float]`): `acceptance[i]`, the probability that the first i + 1 drafts are all
             accepted; at least `len(verify_seconds) - 1` entries.
+        drafting (`bool`, *optional*, defaults to `False`): Choose among k ≥ 1 only (the k a probe of drafting runs
+            at).
 
     Returns:
         `int`: k in `[0, len(verify_seconds) - 1]`; the smallest of equally good ones.
     """
-    plain, drafting = overheads
-    best_k, best_rate = 0, 1.0 / (verify_seconds[0] + plain)
+    plain, with_drafter = overheads
+    best_k, best_rate = 0, 0.0 if drafting else 1.0 / (verify_seconds[0] + plain)
     expected = 1.0
     for k in range(1, len(verify_seconds)):
         expected += acceptance[k - 1]
-        rate = expected / (verify_seconds[k] + drafting)
+        rate = expected / (verify_seconds[k] + with_drafter)
         if rate > best_rate:
             best_k, best_rate = k, rate
     return best_k
@@ -136,15 +146,22 @@ class IterationCostTable:
 
     @property
     def overheads(self) -> tuple[float, float]:
-        """What an iteration costs beyond its verifier forward, without and with a drafter call: the least of the
-        recent ones (a timing is only ever slowed by what else runs, and a first call pays one-off set-up); 0 before
-        any was seen, so that each kind of iteration gets tried."""
-        return min(self.plain_recent, default=0.0), min(self.drafting_recent, default=0.0)
+        """What an iteration costs beyond its verifier forward, without and with a drafter call: the lower quartile
+        of the recent ones (a slow moment, a first call's set-up or an iteration that drops finished rows only ever
+        adds time; with few readings, the least); 0 before any was seen, so that each kind of iteration gets tried."""
+        return _lower_quartile(self.plain_recent), _lower_quartile(self.drafting_recent)
 
     def observe(self, k: int, seconds: float) -> None:
         """Record one timed iteration of draft length `k`."""
         overhead = max(seconds - self.verify_seconds[min(k, len(self.verify_seconds) - 1)], 0.0)
         (self.drafting_recent if k > 0 else self.plain_recent).append(overhead)
+
+
+def _lower_quartile(values: Sequence[float]) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[(len(ordered) - 1) // 4]
 
 
 # per verifier (weakly held, so a deleted model takes its measurements with it): cost tables by (batch width,
@@ -194,6 +211,7 @@ class DraftLengthSchedule:
         self._probe_interval = _FIRST_PROBE_INTERVAL
         self._probing = False
         self._started: float | None = None
+        self._timed_iterations = 0
         self._k = 0
 
     def table_for(self, rows: int, measure: Callable[[int], float]) -> IterationCostTable:
@@ -202,7 +220,7 @@ class DraftLengthSchedule:
         key = (_rows_bucket(rows), str(self.device), self.max_draft_tokens)
         table = self._tables.get(key)
         if table is None:
-            table = IterationCostTable([measure(width) for width in range(self.max_draft_tokens + 1)])
+            table = IterationCostTable(calibrate(measure, self.max_draft_tokens + 1))
             self._tables[key] = table
         return table
 
@@ -218,19 +236,17 @@ class DraftLengthSchedule:
         self._table = self.table_for(rows, measure)
         table = self._table
         width = min(limit, self.max_draft_tokens)
-        k = choose_draft_length(
-            table.verify_seconds[: width + 1],
-            table.overheads,
-            self.acceptance.probabilities(width),
-        )
+        verify_seconds, overheads = table.verify_seconds[: width + 1], table.overheads
+        acceptance = self.acceptance.probabilities(width)
+        k = choose_draft_length(verify_seconds, overheads, acceptance)
         self._probing = k == 0 and width > 0 and self._plain_streak >= self._probe_interval
-        if self._probing:
-            k = width
+        if self._probing:  # the best k if drafting were on: what it is worth is read at the k it would run at
+            k = choose_draft_length(verify_seconds, (overheads[1], overheads[1]), acceptance, drafting=True)
         elif k > 0:  # drafting pays again: probe early the next time it stops paying
             self._probe_interval = _FIRST_PROBE_INTERVAL
         self._k = k
         _synchronize(self.device)
-        self._started = time.perf_counter()
+        self._started = _clock()
         return k
 
     def observe(self, drafted: Sequence[int], accepted: Sequence[int]) -> None:
@@ -238,9 +254,11 @@ class DraftLengthSchedule:
         what its drafts were worth."""
         if self._started is None:
             return
-        seconds = time.perf_counter() - self._started
+        seconds = _clock() - self._started
         self._started = None
-        self._table.observe(self._k, seconds)
+        if self._timed_iterations > 0:  # the first forward of a call also projects the source for cross-attention
+            self._table.observe(self._k, seconds)
+        self._timed_iterations += 1
         self.acceptance.update(drafted, accepted)
         if self._k > 0:
             if self._probing:
@@ -251,13 +269,35 @@ class DraftLengthSchedule:
 
 
 def time_forward(forward: Callable[[], None], device: torch.device) -> float:
-    """The median time of `forward()` over a few repeats after one untimed call, in seconds."""
+    """The time of one call of `forward()`, in seconds (waiting for the device before and after)."""
+    _synchronize(device)
+    start = _clock()
     forward()
-    times = []
-    for _ in range(_CALIBRATION_REPEATS):
-        _synchronize(device)
-        start = time.perf_counter()
-        forward()
-        _synchronize(device)
-        times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
+    _synchronize(device)
+    return _clock() - start
+
+
+def calibrate(measure: Callable[[int], float], widths: int) -> list[float]:
+    """The verifier forward's time for each width `0..widths - 1`: one untimed round (first calls of a shape pay
+    one-off kernel set-up), then timed rounds over all widths in turn, so that a slow moment of the machine spreads
+    over the widths rather than landing on one; the least time per width (a timing is only ever slowed by what
+    else runs), made non-decreasing in the width (feeding more tokens never costs less; pool-adjacent-violators).
+    """
+    for width in range(widths):
+        measure(width)
+    best = [measure(width) for width in range(widths)]
+    for _ in range(_CALIBRATION_ROUNDS - 1):
+        for width in range(widths):
+            best[width] = min(best[width], measure(width))
+    return non_decreasing(best)
+
+
+def non_decreasing(values: Sequence[float]) -> list[float]:
+    """The least-squares non-decreasing fit of `values` (pool adjacent violators)."""
+    blocks: list[list[float]] = []  # [mean, count]
+    for value in values:
+        blocks.append([value, 1.0])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (mean_a, count_a), (mean_b, count_b) = blocks[-2], blocks.pop()
+            blocks[-1] = [(mean_a * count_a + mean_b * count_b) / (count_a + count_b), count_a + count_b]
+    return [mean for mean, count in blocks for _ in range(int(count))]

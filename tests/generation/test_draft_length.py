@@ -3,8 +3,6 @@ verifier step, and the choice a deterministic function of the cost table and the
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
 from conftest import VOCAB_SIZE, build_verifier, make_source_batch
@@ -16,17 +14,46 @@ from specdec_hf.generation.draft_length import (
     AcceptanceEstimate,
     DraftLengthSchedule,
     IterationCostTable,
+    calibrate,
     choose_draft_length,
+    non_decreasing,
 )
 
 GREEDY = dict(do_sample=False, num_beams=1)
 
 
+class StepClock:
+    """A clock for the schedule's timings: every reading is one unit after the last, so a verifier forward of any
+    width costs 1 and a loop iteration 1 beyond its forward; `spend` adds what a slow drafter's call costs."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
+
+    def spend(self, units: float) -> None:
+        self.now += units
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """The schedule reads this clock instead of the machine's: what it chooses does not depend on the load."""
+    step_clock = StepClock()
+    monkeypatch.setattr(draft_length, "_clock", step_clock)
+    return step_clock
+
+
 class SlowWrongDrafter(OracleDrafter):
-    """Always wrong, and its call costs a few milliseconds, more than a tiny verifier's step: drafting never pays."""
+    """Always wrong, and its call costs ten verifier forwards on the test clock: drafting never pays."""
+
+    def __init__(self, *args, clock, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.clock = clock
 
     def propose(self, *args, **kwargs):
-        time.sleep(0.005)
+        self.clock.spend(10.0)
         return super().propose(*args, **kwargs)
 
 
@@ -74,6 +101,25 @@ def test_the_choice_is_deterministic_and_takes_the_smallest_of_ties():
     assert {choose_draft_length(costs, (0.0, 0.0), acceptance) for _ in range(5)} == {0}
 
 
+def test_costs_are_made_non_decreasing_in_the_width():
+    assert non_decreasing([1.0, 3.0, 2.0, 4.0]) == [1.0, 2.5, 2.5, 4.0]
+    assert non_decreasing([2.0, 1.0, 1.0]) == pytest.approx([4 / 3] * 3)
+    assert non_decreasing([1.0, 2.0]) == [1.0, 2.0]
+
+
+def test_calibration_keeps_the_least_time_of_each_width_and_skips_the_first_round():
+    calls = []
+
+    def measure(width):
+        calls.append(width)
+        first_round = len(calls) <= 3
+        slow_moment = len(calls) == 5  # one slow reading of width 1 in a timed round
+        return 100.0 if first_round else 1.0 + width + (50.0 if slow_moment else 0.0)
+
+    assert calibrate(measure, 3) == [1.0, 2.0, 3.0]
+    assert calls[:6] == [0, 1, 2, 0, 1, 2]  # rounds over every width in turn
+
+
 def test_acceptance_estimate_starts_from_its_prior_and_follows_the_counts():
     estimate = AcceptanceEstimate()
     prior = estimate.probabilities(3)
@@ -115,7 +161,7 @@ def test_a_useless_drafter_is_probed_less_and_less_often():
 
 @pytest.mark.parametrize("batch_size", [1, 4])
 @pytest.mark.parametrize("accuracy", ["right", "wrong", "half"])
-def test_auto_draft_length_equals_greedy(family, batch_size, accuracy):
+def test_auto_draft_length_equals_greedy(family, batch_size, accuracy, clock):
     model = build_verifier(family)
     inputs = make_source_batch(batch_size, seed=3, pad_token_id=model.config.pad_token_id)
     reference = model.generate(**inputs, **GREEDY, max_new_tokens=20)
@@ -128,12 +174,12 @@ def test_auto_draft_length_equals_greedy(family, batch_size, accuracy):
         assert stats.tokens_per_iteration > 2.0  # sure drafts are verified, several at a time
 
 
-def test_k_zero_iterations_are_greedy_steps(family):
+def test_k_zero_iterations_are_greedy_steps(family, clock):
     """Drafts that are always wrong: after the prior is spent, the loop steps without drafting, one token each."""
     model = build_verifier(family)
     inputs = make_source_batch(1, seed=4, pad_token_id=model.config.pad_token_id)
     reference = model.generate(**inputs, **GREEDY, max_new_tokens=40)
-    drafter = SlowWrongDrafter(reference, VOCAB_SIZE, 4, "wrong")
+    drafter = SlowWrongDrafter(reference, VOCAB_SIZE, 4, "wrong", clock=clock)
     _generate_auto(model, inputs, drafter, max_new_tokens=40)  # learns that the drafts are worthless
     output = _generate_auto(model, inputs, drafter, max_new_tokens=40)
     assert torch.equal(output.sequences, reference)
