@@ -21,3 +21,23 @@ def test_quickstart_runs_and_prints_a_translation_with_statistics(monkeypatch):
     lines = printed.getvalue().strip().splitlines()
     assert len(lines) >= 2 and lines[0].strip(), printed.getvalue()
     assert re.search(r"tokens per iteration \d+\.\d+", printed.getvalue()), printed.getvalue()
+
+
+def test_the_source_copy_example_runs_after_the_quickstart(monkeypatch):
+    """The README's source-copy block, run in the quickstart's namespace (it reuses its verifier, drafter and
+    inputs): both drafters give the verifier's greedy output."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", readme, flags=re.DOTALL)
+    copy_block = next(block for block in blocks if "SourceCopyDrafter" in block)
+    monkeypatch.chdir(REPO)
+    namespace = {"__name__": "__quickstart__"}
+    with contextlib.redirect_stdout(io.StringIO()):
+        exec(compile(blocks[0], "README.md quickstart", "exec"), namespace)
+        exec(compile(copy_block, "README.md source copy", "exec"), namespace)
+    verifier, inputs = namespace["verifier"], namespace["inputs"]
+    greedy = verifier.generate(**inputs, num_beams=1, do_sample=False, max_new_tokens=64)
+    assert namespace["out"].tolist() == greedy.tolist()
+    combined = verifier.generate(
+        **inputs, drafter=namespace["copy_then_model"], num_beams=1, do_sample=False, max_new_tokens=64
+    )
+    assert combined.tolist() == greedy.tolist()
