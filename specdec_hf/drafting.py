@@ -18,9 +18,10 @@ A drafter has these attributes and methods:
   states (no extra pass) and hands ``propose`` those layers' states, concatenated, as ``verifier_states``.
 - ``init_drafting_state(input_ids, attention_mask, encoder_hidden_states)``: once per ``generate()`` call, after the
   verifier's encoder pass.
-- ``propose(state, prefix_ids, prefix_lengths, num_draft_tokens, verifier_states)``: once per iteration; returns k
-  draft ids per row (and, optionally, their scores over the verifier's vocabulary, and how many of them per row are
-  worth verifying).
+- ``propose(state, prefix_ids, prefix_lengths, num_draft_tokens, verifier_states)``: at each iteration that
+  verifies drafts; returns k draft ids per row (and, optionally, their scores over the verifier's vocabulary, and how
+  many of them per row are worth verifying). Iterations that verify none (``num_draft_tokens="auto"`` choosing 0, a
+  length limit) do not call it, so a row's prefix may grow by many tokens between two calls.
 - ``select_rows(state, rows)``: when finished rows leave the batch.
 
 The state object is owned by the drafter (an encoder output, a prefix key/value cache, ...); the loop never looks
@@ -60,8 +61,8 @@ class DraftProposal:
             [`~DraftProposal.confidence`] derives it from `draft_logits` when it is needed.
         num_drafts (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
             How many of each row's leading drafts are worth verifying, from 0 to k (a lookup drafter that found no
-            match for a row has none); the loop verifies only those, and steps a row with 0 as greedy decoding would.
-            `None`: all k.
+            match for a row has none); the loop verifies only those, and a row with 0 takes one plain verifier step
+            (the token greedy decoding, or sampling, would emit). `None`: all k.
     """
 
     draft_ids: torch.LongTensor

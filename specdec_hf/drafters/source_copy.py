@@ -79,7 +79,8 @@ class SourceCopyDrafter(Drafter):
 
     Args:
         vocab_size (`int`): The verifier's vocabulary size.
-        num_draft_tokens (`int`, *optional*, defaults to 8): Default k (tokens copied per iteration).
+        num_draft_tokens (`int`, *optional*): Default k (tokens copied per iteration): the fallback's, or 8 without
+            one.
         max_ngram_size (`int`, *optional*, defaults to 3): The longest n-gram of the prefix matched in the source.
         min_ngram_size (`int`, *optional*, defaults to 1): The shortest.
         fallback (`Drafter` or `SpecDrafterModel`, *optional*): Drafts the rows the source does not continue (a
@@ -89,11 +90,14 @@ class SourceCopyDrafter(Drafter):
     def __init__(
         self,
         vocab_size: int,
-        num_draft_tokens: int = 8,
+        num_draft_tokens: int | None = None,
         max_ngram_size: int = 3,
         min_ngram_size: int = 1,
         fallback=None,
     ):
+        fallback = None if fallback is None else as_drafter(fallback)
+        if num_draft_tokens is None:
+            num_draft_tokens = 8 if fallback is None else int(fallback.num_draft_tokens)
         for name, value in (
             ("num_draft_tokens", num_draft_tokens),
             ("max_ngram_size", max_ngram_size),
@@ -108,7 +112,7 @@ class SourceCopyDrafter(Drafter):
         self.vocab_size = vocab_size
         self.max_ngram_size = max_ngram_size
         self.min_ngram_size = min_ngram_size
-        self.fallback = None if fallback is None else as_drafter(fallback)
+        self.fallback = fallback
         if self.fallback is not None:
             validate_drafter(self.fallback, vocab_size)
         self.num_draft_tokens = num_draft_tokens

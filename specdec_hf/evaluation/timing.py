@@ -96,6 +96,8 @@ class TimedDrafter(WrappingDrafter):
         device (`torch.device`): Synchronised around each call on CUDA.
     """
 
+    passes_proposals_through = True
+
     def __init__(self, drafter: Drafter, device: torch.device):
         super().__init__(drafter)
         self.device = device

@@ -39,6 +39,7 @@ from .draft_length import AUTO, DraftLengthSchedule
 from .outputs import SpeculativeGenerateOutput
 from .spec_drafter_adapter import SpecDrafterAdapter, as_drafter
 from .speculative_loop import SpeculativeLoopConfig, run_speculative_loop
+from .wrapping_drafter import WrappingDrafter
 
 __all__ = ["enable_speculative_decoding", "speculative_generate"]
 
@@ -78,8 +79,10 @@ def speculative_generate(
         num_draft_tokens (`int` or `"auto"`, *optional*): Drafted tokens per iteration (k); defaults to the drafter's
             `num_draft_tokens` (for a `SpecDrafterModel`, `config.num_draft_tokens`, else `config.max_draft_tokens`).
             `"auto"` chooses k at every iteration, from 0 (a plain verifier step, no drafter call) to the drafter's
-            `max_draft_tokens`, by what verifying k drafts costs on this machine (timed once per process, verifier
-            and batch width) and how often drafts were accepted so far (`specdec_hf.generation.draft_length`).
+            `max_draft_tokens` (its `num_draft_tokens` when it sets no limit), by what verifying k drafts costs on
+            this machine (timed once per process, verifier and batch width) and how often drafts were accepted so
+            far (`specdec_hf.generation.draft_length`). β=1 stays exactly greedy; as k follows the machine's
+            timings, seeded sampling and the relaxed rule are not reproducible from run to run with `"auto"`.
         beta (`int`, *optional*, defaults to 1): Top-β candidate set; 1 gives exactly the greedy output.
         tau (`float`, *optional*, defaults to 0.0): Log-probability tolerance τ; only used when `beta > 1`.
         draft_confidence_threshold (`float`, *optional*): Adaptive draft length: verify, per row, only the leading
@@ -169,8 +172,13 @@ def speculative_generate(
     )
     schedule = None
     if adaptive:
-        rule = (beta, float(tau), bool(generation_config.do_sample))
-        schedule = DraftLengthSchedule(model, user_drafter, num_draft_tokens, rule, input_ids.device)
+        schedule = DraftLengthSchedule(
+            model,
+            _acceptance_key(user_drafter),
+            num_draft_tokens,
+            _rule_key(beta, tau, generation_config),
+            input_ids.device,
+        )
     result = run_speculative_loop(
         model,
         drafter,
@@ -197,6 +205,22 @@ def speculative_generate(
         cache=None,
         speculative_stats=result.stats,
     )
+
+
+def _acceptance_key(drafter):
+    """What identifies a drafter across `generate()` calls: wrappers that pass its proposals through (a timer) and
+    the per-call adapter of a `SpecDrafterModel` unwrapped to the model."""
+    while isinstance(drafter, WrappingDrafter) and drafter.passes_proposals_through:
+        drafter = drafter.drafter
+    return drafter.model if isinstance(drafter, SpecDrafterAdapter) else drafter
+
+
+def _rule_key(beta: int, tau: float, generation_config: GenerationConfig) -> tuple:
+    """What changes how often drafts are accepted besides the drafter: the relaxed rule, or sampling's settings."""
+    if not generation_config.do_sample:
+        return ("greedy", beta, float(tau))
+    config = generation_config
+    return ("sample", config.temperature, config.top_k, config.top_p, config.min_p, config.typical_p)
 
 
 def _largest_draft_length(drafter) -> int:

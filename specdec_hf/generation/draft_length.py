@@ -13,10 +13,13 @@ iteration; this module chooses it from two measured things:
 
 Each iteration takes the k that maximises expected tokens per second, ``(1 + Σ_{i<k} P(first i+1 accepted)) /
 cost(k)``; k = 0 costs a verifier step without a drafter call. While k = 0 wins, drafting is probed now and then at
-the largest k, with growing intervals, so that a drafter whose drafts start to pay is found again. The choice is a
+the best k ≥ 1, with growing intervals, so that a drafter whose drafts start to pay is found again. The choice is a
 pure function of the cost table and the acceptance counts ([`choose_draft_length`]), so it is deterministic for
 given measurements; it never looks at the drafts being verified, so β=1 stays exactly greedy and speculative
-sampling keeps its distribution whatever k is chosen.
+sampling keeps its distribution whatever k is chosen. Since the measurements are the machine's, the sequence of k
+is not reproducible from run to run: a seeded sampling run draws other numbers, and the relaxed rule (β > 1), whose
+output depends on k, can write another output. The measurements are per process and not guarded by a lock: calls of
+`generate()` in parallel threads share them and time each other's load.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ __all__ = [
     "choose_draft_length",
     "clear_measurements",
     "non_decreasing",
+    "time_forward",
 ]
 
 # the clock of every timing here (a module attribute, so that tests can give a clock of their own)
@@ -135,7 +139,7 @@ class IterationCostTable:
     """What one iteration costs for one batch width, in seconds.
 
     Args:
-        verify_seconds (`list[float]`): The verifier forward's median time with w drafts, w = 0..max k.
+        verify_seconds (`list[float]`): The verifier forward's time with w drafts, w = 0..max k (`calibrate`).
         plain_recent (`deque[float]`), drafting_recent (`deque[float]`): The latest iterations' times beyond their
             verifier forward, without a drafter call (k = 0) and with one (the call included).
     """
@@ -191,9 +195,10 @@ class DraftLengthSchedule:
 
     Args:
         verifier (`PreTrainedModel`): The verifier (the key of its cost tables).
-        drafter_key (`object`): The object the user passed as `drafter` (the key of the acceptance counts).
+        drafter_key (`object`): What identifies the drafter across calls (the key of the acceptance counts): the
+            user's drafter, unwrapped to its model.
         max_draft_tokens (`int`): The largest k to consider.
-        rule (`tuple`): What changes acceptance besides the drafter: `(beta, tau, do_sample)`.
+        rule (`tuple`): What changes acceptance besides the drafter (β, τ, sampling and its settings).
         device (`torch.device`): Where the verifier runs.
     """
 
@@ -202,10 +207,11 @@ class DraftLengthSchedule:
         self.device = device
         self._tables = _COST_TABLES.setdefault(verifier, {})
         try:
-            per_drafter = _ACCEPTANCE.setdefault(drafter_key, {})
+            per_verifier = _ACCEPTANCE.setdefault(drafter_key, weakref.WeakKeyDictionary())
+            per_rule = per_verifier.setdefault(verifier, {})
         except TypeError:  # a drafter that cannot be weakly referenced: counts for this call only
-            per_drafter = {}
-        self.acceptance = per_drafter.setdefault((id(verifier), rule), AcceptanceEstimate())
+            per_rule = {}
+        self.acceptance = per_rule.setdefault(rule, AcceptanceEstimate())
         self._table: IterationCostTable | None = None
         self._plain_streak = 0
         self._probe_interval = _FIRST_PROBE_INTERVAL
@@ -239,7 +245,7 @@ class DraftLengthSchedule:
         verify_seconds, overheads = table.verify_seconds[: width + 1], table.overheads
         acceptance = self.acceptance.probabilities(width)
         k = choose_draft_length(verify_seconds, overheads, acceptance)
-        self._probing = k == 0 and width > 0 and self._plain_streak >= self._probe_interval
+        self._probing = k == 0 and self._plain_streak >= self._probe_interval
         if self._probing:  # the best k if drafting were on: what it is worth is read at the k it would run at
             k = choose_draft_length(verify_seconds, (overheads[1], overheads[1]), acceptance, drafting=True)
         elif k > 0:  # drafting pays again: probe early the next time it stops paying
@@ -249,17 +255,21 @@ class DraftLengthSchedule:
         self._started = _clock()
         return k
 
-    def observe(self, drafted: Sequence[int], accepted: Sequence[int]) -> None:
+    def observe(self, verified_width: int, accepted: Sequence[int]) -> None:
         """End the iteration's timing (the loop has read its outcome on the host: the device is done) and count
-        what its drafts were worth."""
-        if self._started is None:
-            return
+        what its drafts were worth.
+
+        Args:
+            verified_width (`int`): The drafts the verifier's forward took (fewer than the k chosen when the drafter
+                proposed fewer, `DraftProposal.num_drafts`, or confidence truncation cut them).
+            accepted (`Sequence[int]`): Per active row, the drafts it accepted. Every row counts as scheduled for
+                the k chosen: drafts a drafter declined to propose are worth as little as rejected ones.
+        """
         seconds = _clock() - self._started
-        self._started = None
         if self._timed_iterations > 0:  # the first forward of a call also projects the source for cross-attention
-            self._table.observe(self._k, seconds)
+            self._table.observe(verified_width, seconds)
         self._timed_iterations += 1
-        self.acceptance.update(drafted, accepted)
+        self.acceptance.update([self._k] * len(accepted), accepted)
         if self._k > 0:
             if self._probing:
                 self._probe_interval = min(2 * self._probe_interval, _MAX_PROBE_INTERVAL)

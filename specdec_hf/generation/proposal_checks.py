@@ -72,7 +72,11 @@ def _check_num_drafts(num_drafts, name: str, rows: int) -> None:
         or num_drafts.dtype == torch.bool
         or tuple(num_drafts.shape) != (rows,)
     ):
-        described = tuple(num_drafts.shape) if isinstance(num_drafts, torch.Tensor) else type(num_drafts).__name__
+        described = (
+            f"of shape {tuple(num_drafts.shape)} and dtype {num_drafts.dtype}"
+            if isinstance(num_drafts, torch.Tensor)
+            else f"of type {type(num_drafts).__name__}"
+        )
         raise ValueError(
             f"{name} returned num_drafts {described}: it must be an integer tensor of shape ({rows},), one count "
             "of drafts worth verifying per active row (or None for all k)."

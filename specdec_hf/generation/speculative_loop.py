@@ -235,7 +235,7 @@ def run_speculative_loop(
             # a host tensor, as generate() hands its streamers, built from the tokens the transfer brought over
             streamer.put(torch.tensor(outcome.streamed[: outcome.num_new[0]]))
         if scheduled:
-            draft_length_schedule.observe(outcome.drafted, outcome.accepted)
+            draft_length_schedule.observe(drafts.shape[1], outcome.accepted)
         _advance_lengths(rows, outcome.num_new)
         stats.count_iteration(rows.active, outcome.num_new, outcome.drafted, outcome.accepted)
         if rows.recorded is not None:
@@ -360,9 +360,9 @@ def draft(
         k (`int`): Drafts to ask for; 0 skips the drafter.
 
     Returns:
-        `drafts` `(rows, k')` with k' ≤ k (fewer when confidence truncation cuts every row shorter), `proposal_q`
-        `(rows, k', vocab_size)` when sampling (else `None`), and `verify_counts` `(rows,)`, the drafts each row
-        verifies under confidence truncation (else `None`).
+        `drafts` `(rows, k')` with k' ≤ k (fewer when the drafter's `num_drafts` or confidence truncation cut every
+        row shorter), `proposal_q` `(rows, k', vocab_size)` when sampling (else `None`), and `verify_counts`
+        `(rows,)`, the drafts each row verifies when either cut them (else `None`).
     """
     committed, longest = batch.committed, batch.longest
     if k == 0:

@@ -14,7 +14,12 @@ class WrappingDrafter(Drafter):
 
     Args:
         drafter (`Drafter` or `SpecDrafterModel`): The wrapped drafter (a model is wrapped in its adapter).
+
+    A subclass that hands on the wrapped drafter's proposals unchanged (a timer) sets `passes_proposals_through`, so
+    that what is learnt of its drafts (`num_draft_tokens="auto"`'s acceptance counts) is the wrapped drafter's.
     """
+
+    passes_proposals_through: bool = False
 
     def __init__(self, drafter):
         self.drafter = as_drafter(drafter)

@@ -144,7 +144,7 @@ def test_a_useless_drafter_is_probed_less_and_less_often():
     for _ in range(120):
         k = schedule.next_k(1, 2, measure=lambda width: pytest.fail("the table is given"))
         choices.append(k)
-        schedule.observe([k], [0])
+        schedule.observe(k, [0])
         # pin the costs the timing would read
         table.plain_recent.clear(), table.drafting_recent.clear()
         table.plain_recent.append(0.0), table.drafting_recent.append(0.5)
@@ -165,8 +165,9 @@ def test_auto_draft_length_equals_greedy(family, batch_size, accuracy, clock):
     model = build_verifier(family)
     inputs = make_source_batch(batch_size, seed=3, pad_token_id=model.config.pad_token_id)
     reference = model.generate(**inputs, **GREEDY, max_new_tokens=20)
+    drafter = OracleDrafter(reference, VOCAB_SIZE, 6, accuracy)
     for _ in range(2):  # the second call starts from the first one's measurements
-        output = _generate_auto(model, inputs, OracleDrafter(reference, VOCAB_SIZE, 6, accuracy), max_new_tokens=20)
+        output = _generate_auto(model, inputs, drafter, max_new_tokens=20)
         assert torch.equal(output.sequences, reference)
     stats = output.speculative_stats
     assert sum(stats.generated_tokens) == (reference.shape[1] - 1) * batch_size
@@ -184,7 +185,6 @@ def test_k_zero_iterations_are_greedy_steps(family, clock):
     output = _generate_auto(model, inputs, drafter, max_new_tokens=40)
     assert torch.equal(output.sequences, reference)
     stats = output.speculative_stats
-    assert stats.tokens_per_iteration == 1.0
     assert stats.drafter_calls < stats.verifier_calls / 2
 
 
@@ -220,3 +220,49 @@ def test_an_unknown_draft_length_word_is_refused():
             num_draft_tokens="adaptive",
             max_new_tokens=4,
         )
+
+
+@pytest.mark.parametrize("family", ["bart", "t5"])
+def test_every_k_in_turn_with_a_state_reading_drafter_and_finishing_rows_equals_greedy(family, monkeypatch):
+    """k cycling over 0..max, whatever the costs say: a Spec-Drafter that reads the verifier's states and caches its
+    prefix sees prefixes that grow by several tokens between calls, rows finish at different steps, and the output
+    stays greedy's."""
+    from specdec_hf import SpecDrafterModel
+
+    model = build_verifier(family)
+    inputs = make_source_batch(4, seed=11, pad_token_id=model.config.pad_token_id)
+    plain = model.generate(**inputs, **GREEDY, max_new_tokens=16)
+    for candidate in plain[0, 3:].tolist():  # an EOS that ends some rows early and others later or never
+        model.generation_config.eos_token_id = candidate
+        reference = model.generate(**inputs, **GREEDY, max_new_tokens=16)
+        lengths = (reference != model.generation_config.pad_token_id).sum(dim=1)
+        if len(set(lengths.tolist())) > 1:
+            break
+    torch.manual_seed(0)
+    drafter = SpecDrafterModel.from_verifier(
+        model, max_draft_tokens=4, decoder_layers=1, prefix_attention="causal", verifier_state_layers=[1, -1]
+    ).eval()
+    cycle = iter(range(10**6))
+    monkeypatch.setattr(
+        draft_length, "choose_draft_length", lambda verify_seconds, *args, **kwargs: next(cycle) % len(verify_seconds)
+    )
+    output = _generate_auto(model, inputs, drafter, max_new_tokens=16)
+    assert torch.equal(output.sequences, reference)
+    assert len(set(lengths.tolist())) > 1  # rows finished at different steps
+    stats = output.speculative_stats
+    assert 0 < stats.drafter_calls < stats.verifier_calls  # some iterations drafted, others stepped alone
+
+
+def test_a_malformed_num_drafts_is_refused():
+    model = build_verifier("bart")
+    inputs = make_source_batch(2, pad_token_id=model.config.pad_token_id)
+
+    class FloatCounts(OracleDrafter):
+        def propose(self, *args, **kwargs):
+            proposal = super().propose(*args, **kwargs)
+            proposal.num_drafts = torch.ones(proposal.draft_ids.shape[0])
+            return proposal
+
+    drafter = FloatCounts(model.generate(**inputs, **GREEDY, max_new_tokens=4), VOCAB_SIZE, 2)
+    with pytest.raises(ValueError, match=r"num_drafts of shape \(2,\) and dtype torch.float32: it must be an integer"):
+        model.generate(**inputs, **GREEDY, max_new_tokens=4, custom_generate=speculative_generate, drafter=drafter)

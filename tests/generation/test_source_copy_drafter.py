@@ -172,12 +172,37 @@ def test_no_source_ids_is_refused():
     [
         (dict(num_draft_tokens=0), "`num_draft_tokens` must be an integer >= 1"),
         (dict(max_ngram_size=2, min_ngram_size=3), "`min_ngram_size` \\(3\\) must be at most"),
-        (dict(num_draft_tokens=9, fallback=OracleDrafter(torch.zeros(1, 2, dtype=torch.long), VOCAB_SIZE)), None),
     ],
 )
 def test_bad_settings_are_refused(kwargs, message):
-    if message is None:  # a fallback without a limit takes any k
-        assert SourceCopyDrafter(VOCAB_SIZE, **kwargs).num_draft_tokens == 9
-        return
     with pytest.raises(ValueError, match=message):
         SourceCopyDrafter(VOCAB_SIZE, **kwargs)
+
+
+def test_k_defaults_to_the_fallbacks_and_any_k_goes_with_a_fallback_without_limit():
+    fallback = OracleDrafter(torch.zeros(1, 2, dtype=torch.long), VOCAB_SIZE, num_draft_tokens=3)
+    assert SourceCopyDrafter(VOCAB_SIZE, fallback=fallback).num_draft_tokens == 3
+    assert SourceCopyDrafter(VOCAB_SIZE).num_draft_tokens == 8
+    assert SourceCopyDrafter(VOCAB_SIZE, num_draft_tokens=9, fallback=fallback).num_draft_tokens == 9
+
+
+def test_rows_with_and_without_copied_drafts_in_one_batch_stay_greedy():
+    """A padded batch in which the source continues some rows' prefixes and not others'."""
+    model = build_verifier("bart")
+    drafter = SourceCopyDrafter.from_verifier(model, num_draft_tokens=4, max_ngram_size=1)
+    for seed in range(10, 60):  # the first batch whose outputs reuse a source token (random weights rarely copy)
+        inputs = make_source_batch(3, seed=seed, pad_token_id=model.config.pad_token_id)
+        reference = model.generate(**inputs, **GREEDY, max_new_tokens=12)
+        output = model.generate(
+            **inputs,
+            **GREEDY,
+            max_new_tokens=12,
+            custom_generate=speculative_generate,
+            drafter=drafter,
+            return_dict_in_generate=True,
+        )
+        assert torch.equal(output.sequences, reference)
+        drafted = output.speculative_stats.drafted_tokens
+        if 0 < sum(drafted) and 0 in drafted:
+            return
+    pytest.fail("no batch of these seeds has rows with and without copied drafts")
