@@ -141,7 +141,7 @@ class IterationCostTable:
     Args:
         verify_seconds (`list[float]`): The verifier forward's time with w drafts, w = 0..max k (`calibrate`).
         plain_recent (`deque[float]`), drafting_recent (`deque[float]`): The latest iterations' times beyond their
-            verifier forward, without a drafter call (k = 0) and with one (the call included).
+            verifier forward's calibrated time, without a drafter call (k = 0) and with one (the call included).
     """
 
     verify_seconds: list[float]
@@ -150,20 +150,29 @@ class IterationCostTable:
 
     @property
     def overheads(self) -> tuple[float, float]:
-        """What an iteration costs beyond its verifier forward, without and with a drafter call: the lower quartile
-        of the recent ones (a slow moment, a first call's set-up or an iteration that drops finished rows only ever
-        adds time; with few readings, the least); 0 before any was seen, so that each kind of iteration gets tried."""
-        return _lower_quartile(self.plain_recent), _lower_quartile(self.drafting_recent)
+        """What an iteration costs beyond its verifier forward's calibrated time, without and with a drafter call:
+        the lower quartile of the recent ones (a slow moment or an iteration that drops finished rows only ever adds
+        time; with few readings, the least). It may be negative: an iteration on a short cache can take less than
+        the calibration's forward, and the comparison of the two kinds must then see the iteration's real cost.
+        Unseen, a plain step costs its forward alone, and a drafting iteration what a plain one does beyond its
+        forward: both optimistic, so that each kind gets tried."""
+        plain = _lower_quartile(self.plain_recent)
+        drafting = _lower_quartile(self.drafting_recent)
+        if plain is None:
+            plain = 0.0
+        if drafting is None:
+            drafting = plain
+        return plain, drafting
 
     def observe(self, k: int, seconds: float) -> None:
-        """Record one timed iteration of draft length `k`."""
-        overhead = max(seconds - self.verify_seconds[min(k, len(self.verify_seconds) - 1)], 0.0)
+        """Record one timed iteration that verified `k` drafts."""
+        overhead = seconds - self.verify_seconds[min(k, len(self.verify_seconds) - 1)]
         (self.drafting_recent if k > 0 else self.plain_recent).append(overhead)
 
 
-def _lower_quartile(values: Sequence[float]) -> float:
+def _lower_quartile(values: Sequence[float]) -> float | None:
     if not values:
-        return 0.0
+        return None
     ordered = sorted(values)
     return ordered[(len(ordered) - 1) // 4]
 
