@@ -97,7 +97,8 @@ def test_main_job_config_runs_every_strategy_on_a_few_held_out_rows(tmp_path, mo
     speculative = [name for name in strategies if name.startswith("spec_")]
     assert any("_b1_" in name for name in speculative) and any("_b1_" not in name for name in speculative)
     for name in speculative:
-        assert strategies[name]["tokens_per_iteration"] > 1.0  # the trained drafter gets drafts accepted
+        if "kauto" not in name:  # a chosen k may be 0 where drafting does not pay on the machine running the test
+            assert strategies[name]["tokens_per_iteration"] > 1.0  # the trained drafter gets drafts accepted
         if "_b1_" in name:
             assert strategies[name]["identical_to_greedy"] == 1.0
     assert (tmp_path / "results.md").is_file()
