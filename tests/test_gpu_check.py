@@ -18,7 +18,13 @@ def test_cpu_mode_runs_every_check_and_writes_both_reports(tmp_path):
     assert set(results["checks"]) == {"exactness", "modes", "host_syncs", "timing", "estimator", "training"}
     assert all(entry["status"] == "passed" for entry in results["checks"].values())
     exactness = results["checks"]["exactness"]["details"]
-    assert all(entry["identical"] == entry["rows"] for entry in exactness.values())
+    for name, entry in exactness.items():
+        # float32 token for token; bfloat16 may round a near-tie differently in a k-token forward than in a 1-token
+        # step (on CPUs without native bfloat16 matmuls, e.g. AMD EPYC), which the check counts apart
+        if name.startswith("float32"):
+            assert entry["identical"] == entry["rows"], name
+        else:
+            assert entry["identical"] + entry["differ_at_a_tie"] == entry["rows"], name
     assert results["checks"]["training"]["details"]["final_step"] == 20
     host_syncs = results["checks"]["host_syncs"]["details"]
     assert host_syncs["greedy_batch4"]["project_max_per_iteration"] <= gpu_check.GREEDY_SYNC_BUDGET
