@@ -164,3 +164,22 @@ def load_repository_script(relative_path: str, module_name: str) -> ModuleType:
     finally:
         sys.path.remove(str(path.parent))
     return module
+
+
+def generate_with_drafter(model, inputs: dict, drafter, **kwargs):
+    """`model.generate(**inputs)` through `speculative_generate` with `drafter`: greedy and a dict output (with
+    `speculative_stats`) unless `kwargs` say otherwise."""
+    from specdec_hf import speculative_generate
+
+    options = {"do_sample": False, "num_beams": 1, "return_dict_in_generate": True, **kwargs}
+    return model.generate(**inputs, custom_generate=speculative_generate, drafter=drafter, **options)
+
+
+@pytest.fixture
+def fresh_draft_length_measurements():
+    """No cost table or acceptance count of `num_draft_tokens="auto"` from an earlier test, and none left after."""
+    from specdec_hf.generation import draft_length
+
+    draft_length.clear_measurements()
+    yield
+    draft_length.clear_measurements()

@@ -116,17 +116,15 @@ class SourceCopyDrafter(Drafter):
         if self.fallback is not None:
             validate_drafter(self.fallback, vocab_size)
         self.num_draft_tokens = num_draft_tokens
-        limit = None if self.fallback is None else getattr(self.fallback, "max_draft_tokens", None)
-        if limit is not None and num_draft_tokens > limit:
+        # the limits of the contract are the fallback's (the copy itself has none)
+        self.max_draft_tokens = getattr(fallback, "max_draft_tokens", None)
+        self.max_positions = getattr(fallback, "max_positions", None)
+        self.verifier_state_layers = getattr(fallback, "verifier_state_layers", None)
+        if self.max_draft_tokens is not None and num_draft_tokens > self.max_draft_tokens:
             raise ValueError(
                 f"`num_draft_tokens` ({num_draft_tokens}) exceeds the fallback drafter's `max_draft_tokens` "
-                f"({limit}): lower it to at most {limit}."
+                f"({self.max_draft_tokens}): lower it to at most {self.max_draft_tokens}."
             )
-        self.max_draft_tokens = limit
-        self.max_positions = None if self.fallback is None else getattr(self.fallback, "max_positions", None)
-        self.verifier_state_layers = (
-            None if self.fallback is None else getattr(self.fallback, "verifier_state_layers", None)
-        )
 
     @classmethod
     def from_verifier(cls, verifier, **kwargs) -> SourceCopyDrafter:
@@ -194,10 +192,8 @@ class SourceCopyDrafter(Drafter):
             self.max_ngram_size,
             self.min_ngram_size,
         )
-        if self.fallback is None:
-            return DraftProposal(draft_ids=copied, draft_logits=None, state=state, num_drafts=counts)
         unmatched = counts == 0
-        if not bool(unmatched.any()):
+        if self.fallback is None or not bool(unmatched.any()):  # the host read only where a fallback may run
             return DraftProposal(draft_ids=copied, draft_logits=None, state=state, num_drafts=counts)
         # the fallback sees every row (its prefix cache advances with all of them) and drafts where the copy has none
         proposal = self.fallback.propose(

@@ -56,8 +56,7 @@ def load_drafter(entry: str, verifier, dtype: torch.dtype):
     if entry.startswith(SOURCE_COPY + "+"):
         path = entry[len(SOURCE_COPY) + 1 :]
         fallback = load_pretrained(SpecDrafterModel.from_pretrained, path, "drafters", dtype=dtype)
-        k = fallback.config.max_draft_tokens
-        return SourceCopyDrafter.from_verifier(verifier, num_draft_tokens=k, fallback=fallback)
+        return SourceCopyDrafter.from_verifier(verifier, fallback=fallback)
     return load_pretrained(SpecDrafterModel.from_pretrained, entry, "drafters", dtype=dtype)
 
 

@@ -13,16 +13,11 @@ from typing import Any
 
 import torch
 
+from ..device_sync import synchronize
 from ..drafting import Drafter, DraftProposal
 from ..generation.wrapping_drafter import WrappingDrafter
 
 __all__ = ["ModuleTimer", "TimedDrafter", "median", "synchronize", "timed"]
-
-
-def synchronize(device: torch.device) -> None:
-    """Wait for queued kernels on `device` (a no-op on CPU), so that a wall-clock reading covers them."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def timed(fn: Callable[[], Any], device: torch.device) -> tuple[float, Any]:

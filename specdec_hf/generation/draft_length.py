@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..device_sync import synchronize
+
 __all__ = [
     "AUTO",
     "AcceptanceEstimate",
@@ -100,22 +102,22 @@ class AcceptanceEstimate:
     """Running counts of how far drafts were accepted, per draft position, with a prior for positions not yet seen.
 
     Args:
-        verified (`list[int]`): `verified[i]`, iterations of a row in which draft i was verified.
+        verified (`list[int]`): `verified[i]`, iterations of a row in which draft i was asked for.
         accepted (`list[int]`): `accepted[i]`, those in which drafts 0..i were all accepted.
     """
 
     verified: list[int] = field(default_factory=list)
     accepted: list[int] = field(default_factory=list)
 
-    def update(self, drafted: Sequence[int], accepted: Sequence[int]) -> None:
-        """Count one iteration: per row, the drafts it verified and how many of them it accepted."""
-        width = max(drafted, default=0)
-        if width > len(self.verified):
-            self.verified.extend([0] * (width - len(self.verified)))
-            self.accepted.extend([0] * (width - len(self.accepted)))
-        for row_drafted, row_accepted in zip(drafted, accepted, strict=True):
-            for position in range(row_drafted):
-                self.verified[position] += 1
+    def update(self, scheduled: int, accepted: Sequence[int]) -> None:
+        """Count one iteration: `scheduled` drafts asked of every row, and how many of them each row accepted (a
+        draft the drafter declined to propose counts as a rejected one: it brought no token)."""
+        if scheduled > len(self.verified):
+            self.verified.extend([0] * (scheduled - len(self.verified)))
+            self.accepted.extend([0] * (scheduled - len(self.accepted)))
+        for position in range(scheduled):
+            self.verified[position] += len(accepted)
+        for row_accepted in accepted:
             for position in range(row_accepted):
                 self.accepted[position] += 1
 
@@ -194,11 +196,6 @@ def _rows_bucket(rows: int) -> int:
     return 1 << (rows - 1).bit_length()
 
 
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 class DraftLengthSchedule:
     """The draft length of each iteration of one `generate()` call, from the process's measurements.
 
@@ -226,7 +223,7 @@ class DraftLengthSchedule:
         self._probe_interval = _FIRST_PROBE_INTERVAL
         self._probing = False
         self._started: float | None = None
-        self._timed_iterations = 0
+        self._first_iteration = True
         self._k = 0
 
     def table_for(self, rows: int, measure: Callable[[int], float]) -> IterationCostTable:
@@ -260,7 +257,7 @@ class DraftLengthSchedule:
         elif k > 0:  # drafting pays again: probe early the next time it stops paying
             self._probe_interval = _FIRST_PROBE_INTERVAL
         self._k = k
-        _synchronize(self.device)
+        synchronize(self.device)
         self._started = _clock()
         return k
 
@@ -275,10 +272,10 @@ class DraftLengthSchedule:
                 the k chosen: drafts a drafter declined to propose are worth as little as rejected ones.
         """
         seconds = _clock() - self._started
-        if self._timed_iterations > 0:  # the first forward of a call also projects the source for cross-attention
+        if not self._first_iteration:  # the first forward of a call also projects the source for cross-attention
             self._table.observe(verified_width, seconds)
-        self._timed_iterations += 1
-        self.acceptance.update([self._k] * len(accepted), accepted)
+        self._first_iteration = False
+        self.acceptance.update(self._k, accepted)
         if self._k > 0:
             if self._probing:
                 self._probe_interval = min(2 * self._probe_interval, _MAX_PROBE_INTERVAL)
@@ -289,10 +286,10 @@ class DraftLengthSchedule:
 
 def time_forward(forward: Callable[[], None], device: torch.device) -> float:
     """The time of one call of `forward()`, in seconds (waiting for the device before and after)."""
-    _synchronize(device)
+    synchronize(device)
     start = _clock()
     forward()
-    _synchronize(device)
+    synchronize(device)
     return _clock() - start
 
 

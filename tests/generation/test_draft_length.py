@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import VOCAB_SIZE, build_verifier, make_source_batch
+from conftest import VOCAB_SIZE, build_verifier, generate_with_drafter, make_source_batch
 from oracle_drafters import OracleDrafter
 
-from specdec_hf import speculative_generate
 from specdec_hf.generation import draft_length
 from specdec_hf.generation.draft_length import (
     AcceptanceEstimate,
@@ -57,23 +56,11 @@ class SlowWrongDrafter(OracleDrafter):
         return super().propose(*args, **kwargs)
 
 
-@pytest.fixture(autouse=True)
-def fresh_measurements():
-    draft_length.clear_measurements()
-    yield
-    draft_length.clear_measurements()
+pytestmark = pytest.mark.usefixtures("fresh_draft_length_measurements")
 
 
 def _generate_auto(model, inputs, drafter, **kwargs):
-    return model.generate(
-        **inputs,
-        **GREEDY,
-        custom_generate=speculative_generate,
-        drafter=drafter,
-        num_draft_tokens="auto",
-        return_dict_in_generate=True,
-        **kwargs,
-    )
+    return generate_with_drafter(model, inputs, drafter, num_draft_tokens="auto", **kwargs)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -125,13 +112,13 @@ def test_acceptance_estimate_starts_from_its_prior_and_follows_the_counts():
     prior = estimate.probabilities(3)
     assert prior[0] > prior[1] > prior[2] > 0
     for _ in range(200):
-        estimate.update([3, 3], [3, 0])  # one row always accepts all three, the other none
+        estimate.update(3, [3, 0])  # one row always accepts all three, the other none
     assert estimate.probabilities(3) == pytest.approx([0.5, 0.5, 0.5], abs=0.01)
 
 
 def test_acceptance_estimate_never_rises_with_the_position():
     estimate = AcceptanceEstimate()
-    estimate.update([1], [0])  # position 0 seen once, rejected; position 1 only has its prior
+    estimate.update(1, [0])  # position 0 seen once, rejected; position 1 only has its prior
     first, second = estimate.probabilities(2)
     assert second <= first
 
@@ -195,16 +182,8 @@ def test_auto_draft_length_keeps_the_sampling_distribution_exact_in_its_support(
     inputs = make_source_batch(2, seed=5, pad_token_id=model.config.pad_token_id)
     reference = model.generate(**inputs, **GREEDY, max_new_tokens=16)
     drafter = OracleDrafter(reference, VOCAB_SIZE, 4, "half")
-    output = model.generate(
-        **inputs,
-        do_sample=True,
-        top_k=1,
-        max_new_tokens=16,
-        custom_generate=speculative_generate,
-        drafter=drafter,
-        num_draft_tokens="auto",
-    )
-    assert torch.equal(output, reference)
+    output = _generate_auto(model, inputs, drafter, do_sample=True, top_k=1, max_new_tokens=16)
+    assert torch.equal(output.sequences, reference)
 
 
 def test_an_unknown_draft_length_word_is_refused():
@@ -212,14 +191,7 @@ def test_an_unknown_draft_length_word_is_refused():
     inputs = make_source_batch(1, pad_token_id=model.config.pad_token_id)
     drafter = OracleDrafter(model.generate(**inputs, **GREEDY, max_new_tokens=4), VOCAB_SIZE, 4, "right")
     with pytest.raises(ValueError, match=r"`num_draft_tokens` must be .* or 'auto'.*got 'adaptive'"):
-        model.generate(
-            **inputs,
-            **GREEDY,
-            custom_generate=speculative_generate,
-            drafter=drafter,
-            num_draft_tokens="adaptive",
-            max_new_tokens=4,
-        )
+        generate_with_drafter(model, inputs, drafter, num_draft_tokens="adaptive", max_new_tokens=4)
 
 
 @pytest.mark.parametrize("family", ["bart", "t5"])
@@ -265,4 +237,4 @@ def test_a_malformed_num_drafts_is_refused():
 
     drafter = FloatCounts(model.generate(**inputs, **GREEDY, max_new_tokens=4), VOCAB_SIZE, 2)
     with pytest.raises(ValueError, match=r"num_drafts of shape \(2,\) and dtype torch.float32: it must be an integer"):
-        model.generate(**inputs, **GREEDY, max_new_tokens=4, custom_generate=speculative_generate, drafter=drafter)
+        generate_with_drafter(model, inputs, drafter, max_new_tokens=4)

@@ -4,21 +4,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import VOCAB_SIZE, build_verifier, make_source_batch
+from conftest import VOCAB_SIZE, build_verifier, generate_with_drafter, make_source_batch
 from oracle_drafters import OracleDrafter
 
-from specdec_hf import SourceCopyDrafter, speculative_generate
+from specdec_hf import SourceCopyDrafter
 from specdec_hf.drafters import find_source_continuations
-from specdec_hf.generation import draft_length
 
 GREEDY = dict(do_sample=False, num_beams=1)
 
 
-@pytest.fixture(autouse=True)
-def fresh_measurements():
-    draft_length.clear_measurements()
-    yield
-    draft_length.clear_measurements()
+pytestmark = pytest.mark.usefixtures("fresh_draft_length_measurements")
 
 
 def test_continuation_of_the_longest_matching_ngram():
@@ -57,15 +52,7 @@ def test_source_copy_equals_greedy(family, batch_size, num_draft_tokens):
     inputs = make_source_batch(batch_size, seed=6, pad_token_id=model.config.pad_token_id)
     reference = model.generate(**inputs, **GREEDY, max_new_tokens=20)
     drafter = SourceCopyDrafter.from_verifier(model, num_draft_tokens=4, max_ngram_size=2)
-    output = model.generate(
-        **inputs,
-        **GREEDY,
-        max_new_tokens=20,
-        custom_generate=speculative_generate,
-        drafter=drafter,
-        num_draft_tokens=num_draft_tokens,
-        return_dict_in_generate=True,
-    )
+    output = generate_with_drafter(model, inputs, drafter, max_new_tokens=20, num_draft_tokens=num_draft_tokens)
     assert torch.equal(output.sequences, reference)
 
 
@@ -76,14 +63,7 @@ def test_source_copy_with_a_fallback_equals_greedy_and_uses_both(family, batch_s
     reference = model.generate(**inputs, **GREEDY, max_new_tokens=20)
     fallback = OracleDrafter(reference, VOCAB_SIZE, 4, "right")
     drafter = SourceCopyDrafter.from_verifier(model, num_draft_tokens=4, fallback=fallback)
-    output = model.generate(
-        **inputs,
-        **GREEDY,
-        max_new_tokens=20,
-        custom_generate=speculative_generate,
-        drafter=drafter,
-        return_dict_in_generate=True,
-    )
+    output = generate_with_drafter(model, inputs, drafter, max_new_tokens=20)
     assert torch.equal(output.sequences, reference)
     assert fallback.calls > 0  # rows the source did not continue were drafted by the fallback
 
@@ -117,14 +97,7 @@ def test_a_source_that_holds_the_output_is_copied():
     source = torch.cat([first[:, 1:], first[:, 1:]], dim=1)
     reference = model.generate(input_ids=source, **GREEDY, max_new_tokens=12)
     drafter = SourceCopyDrafter.from_verifier(model, num_draft_tokens=4, max_ngram_size=1)
-    output = model.generate(
-        input_ids=source,
-        **GREEDY,
-        max_new_tokens=12,
-        custom_generate=speculative_generate,
-        drafter=drafter,
-        return_dict_in_generate=True,
-    )
+    output = generate_with_drafter(model, {"input_ids": source}, drafter, max_new_tokens=12)
     assert torch.equal(output.sequences, reference)
     stats = output.speculative_stats
     assert sum(stats.drafted_tokens) > 0  # the source continued some prefixes
@@ -135,15 +108,8 @@ def test_sampling_with_copied_drafts_stays_in_the_verifiers_support():
     inputs = make_source_batch(2, seed=9, pad_token_id=model.config.pad_token_id)
     reference = model.generate(**inputs, **GREEDY, max_new_tokens=16)
     drafter = SourceCopyDrafter.from_verifier(model, num_draft_tokens=4)
-    output = model.generate(
-        **inputs,
-        do_sample=True,
-        top_k=1,
-        max_new_tokens=16,
-        custom_generate=speculative_generate,
-        drafter=drafter,
-    )
-    assert torch.equal(output, reference)  # top_k=1: the only token sampling may emit is greedy's
+    output = generate_with_drafter(model, inputs, drafter, do_sample=True, top_k=1, max_new_tokens=16)
+    assert torch.equal(output.sequences, reference)  # top_k=1: the only token sampling may emit is greedy's
 
 
 def test_separate_vocabularies_are_refused():
@@ -157,14 +123,8 @@ def test_no_source_ids_is_refused():
     inputs = make_source_batch(1, pad_token_id=model.config.pad_token_id)
     embeds = model.get_encoder().embed_tokens(inputs["input_ids"])
     with pytest.raises(ValueError, match="copies from the source ids.*pass the source `input_ids`"):
-        model.generate(
-            inputs_embeds=embeds,
-            attention_mask=inputs["attention_mask"],
-            **GREEDY,
-            max_new_tokens=4,
-            custom_generate=speculative_generate,
-            drafter=SourceCopyDrafter.from_verifier(model),
-        )
+        embedded = {"inputs_embeds": embeds, "attention_mask": inputs["attention_mask"]}
+        generate_with_drafter(model, embedded, SourceCopyDrafter.from_verifier(model), max_new_tokens=4)
 
 
 @pytest.mark.parametrize(
@@ -193,14 +153,7 @@ def test_rows_with_and_without_copied_drafts_in_one_batch_stay_greedy():
     for seed in range(10, 60):  # the first batch whose outputs reuse a source token (random weights rarely copy)
         inputs = make_source_batch(3, seed=seed, pad_token_id=model.config.pad_token_id)
         reference = model.generate(**inputs, **GREEDY, max_new_tokens=12)
-        output = model.generate(
-            **inputs,
-            **GREEDY,
-            max_new_tokens=12,
-            custom_generate=speculative_generate,
-            drafter=drafter,
-            return_dict_in_generate=True,
-        )
+        output = generate_with_drafter(model, inputs, drafter, max_new_tokens=12)
         assert torch.equal(output.sequences, reference)
         drafted = output.speculative_stats.drafted_tokens
         if 0 < sum(drafted) and 0 in drafted:
