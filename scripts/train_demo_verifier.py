@@ -1,18 +1,21 @@
-"""Trains the demo English → German verifier (a small `MarianMTModel`) from scratch on the Debian corpus.
+"""Trains a demo verifier from scratch on a Debian corpus: en→de Marian, or BART for summarization.
 
-The corpus comes from `python -m specdec_hf.data.debian_corpus --task translation --output_dir data/debian_en_de`.
-The script trains a shared en+de Unigram tokenizer (`tokenizers`), builds a ~8M-parameter Marian model, and runs a
-plain PyTorch loop (token-bucketed batches, label-smoothed cross-entropy, Adam with an inverse-square-root schedule).
-It checkpoints atomically every few minutes and on SIGTERM/SIGINT, so it can be stopped at any time and resumed:
+The corpora come from `python -m specdec_hf.data.debian_corpus --task translation|summarization --output_dir ...`.
+The script trains a shared Unigram tokenizer (`tokenizers`) on both sides, builds a small model (`model_type`), and
+runs a plain PyTorch loop (token-bucketed batches, label-smoothed cross-entropy, Adam with an inverse-square-root
+schedule). It checkpoints atomically every few minutes and on SIGTERM/SIGINT, so it can be stopped at any time and
+resumed:
 
 ```bash
 python scripts/train_demo_verifier.py --config configs/demo/verifier_en_de.yaml
 python scripts/train_demo_verifier.py --config configs/demo/verifier_en_de.yaml --resume
+python scripts/train_demo_verifier.py --config configs/demo/verifier_sum.yaml --resume
 ```
 
 Outputs in `output_dir`: `tokenizer/`, `checkpoint-last/` (model + tokenizer + `trainer_state.pt`), `best/` (best
-greedy validation BLEU so far, with `eval_results.json`; evaluated every `eval_every_minutes`, or every
-`eval_every_steps` for a rerun that evaluates the same steps on any machine, and at `max_steps`) and `train.log`.
+greedy validation score so far: BLEU for translation, ROUGE-L for summarization, with `eval_results.json`; evaluated
+every `eval_every_minutes`, or every `eval_every_steps` for a rerun that evaluates the same steps on any machine, and
+at `max_steps`) and `train.log`.
 """
 
 from __future__ import annotations
@@ -28,19 +31,31 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import sacrebleu
 import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-from transformers import GenerationConfig, MarianConfig, MarianMTModel, PreTrainedTokenizerFast
+from transformers import (
+    AutoModelForSeq2SeqLM,
+    BartConfig,
+    BartForConditionalGeneration,
+    GenerationConfig,
+    MarianConfig,
+    MarianMTModel,
+    PreTrainedModel,
+    PreTrainedTokenizerFast,
+)
 
 from specdec_hf.config_parsing import parse_yaml_and_cli
 from specdec_hf.data.local_files import read_jsonl
 from specdec_hf.data.vocabulary_layout import pad_last_permutation, relayout_marian_model, relayout_tokenizer
 from specdec_hf.distillation import load_distilled_dataset
+from specdec_hf.evaluation.metrics import corpus_quality
 
 logger = logging.getLogger("train_demo_verifier")
 
-PAD, EOS, UNK = "<pad>", "</s>", "<unk>"
+PAD, EOS, UNK, BOS = "<pad>", "</s>", "<unk>", "<s>"
+MODEL_TYPES = ("marian", "bart")
+# the task's jsonl layout (source key, target key) and the validation score that picks `best/`
+TASKS = {"translation": "bleu", "summarization": "rougeL"}
 
 
 @dataclass
@@ -48,6 +63,20 @@ class DemoVerifierArguments:
     """Hyper-parameters of the demo verifier run; values live in `configs/demo/verifier_en_de.yaml`."""
 
     data_dir: str = field(default="data/debian_en_de", metadata={"help": "Directory with train/validation.jsonl."})
+    task: str = field(
+        default="translation",
+        metadata={
+            "help": '`translation` (rows `{"translation": {"en", "de"}}`, best by BLEU) or `summarization` '
+            '(rows `{"document", "summary"}`, best by ROUGE-L).'
+        },
+    )
+    model_type: str = field(
+        default="marian",
+        metadata={
+            "help": "`marian` (`MarianMTModel`: `<pad>` starts the decoder) or `bart` (`BartForConditionalGeneration`: "
+            "`<s> ... </s>` on both sides, `</s>` starts the decoder and `<s>` is forced first, as in bart-large-cnn)."
+        },
+    )
     output_dir: str = field(default="runs/demo_verifier", metadata={"help": "Checkpoints, tokenizer and logs."})
     vocab_size: int = field(default=8000, metadata={"help": "Size of the shared en+de vocabulary."})
     tokenizer_model: str = field(default="unigram", metadata={"help": "`unigram` or `bpe`."})
@@ -60,7 +89,26 @@ class DemoVerifierArguments:
     dropout: float = field(default=0.1, metadata={"help": "Dropout probability."})
     generation_max_length: int = field(default=128, metadata={"help": "`max_length` of the generation config."})
     max_tokens_per_sentence: int = field(default=64, metadata={"help": "Longer pairs (either side) are dropped."})
+    max_source_tokens: int | None = field(
+        default=None,
+        metadata={
+            "help": "Sources longer than this are truncated to it (keeping `</s>`) instead of dropped; only the "
+            "target is then held to max_tokens_per_sentence (summarization: long documents, short summaries)."
+        },
+    )
     batch_target_tokens: int = field(default=3000, metadata={"help": "Padded target tokens per batch."})
+    batch_source_tokens: int | None = field(
+        default=None,
+        metadata={"help": "Also cap a batch's padded source tokens, and group by source length (long sources)."},
+    )
+    generation_num_beams: int = field(default=1, metadata={"help": "`num_beams` of the saved generation config."})
+    generation_min_length: int = field(default=0, metadata={"help": "`min_length` of the saved generation config."})
+    generation_no_repeat_ngram_size: int = field(
+        default=0, metadata={"help": "`no_repeat_ngram_size` of the saved generation config."}
+    )
+    generation_length_penalty: float = field(
+        default=1.0, metadata={"help": "`length_penalty` of the saved generation config (beam search only)."}
+    )
     learning_rate: float = field(default=1e-3, metadata={"help": "Peak learning rate."})
     warmup_steps: int = field(default=1000, metadata={"help": "Linear warm-up, then inverse square root decay."})
     adam_beta1: float = field(default=0.9, metadata={"help": "Adam beta1."})
@@ -119,6 +167,17 @@ class DemoVerifierArguments:
     def __post_init__(self):
         if self.tokenizer_model not in ("unigram", "bpe"):
             raise ValueError(f"tokenizer_model must be 'unigram' or 'bpe', got {self.tokenizer_model!r}")
+        if self.model_type not in MODEL_TYPES:
+            raise ValueError(f"model_type must be one of {MODEL_TYPES}, got {self.model_type!r}")
+        if self.task not in TASKS:
+            raise ValueError(f"task must be one of {tuple(TASKS)}, got {self.task!r}")
+        if self.max_source_tokens is not None and not 2 <= self.max_source_tokens <= self.max_position_embeddings:
+            raise ValueError(
+                f"max_source_tokens must be between 2 and max_position_embeddings ({self.max_position_embeddings}), "
+                f"got {self.max_source_tokens}"
+            )
+        if self.model_type == "bart" and self.init_from:
+            raise ValueError("init_from grows Marian models only: leave it unset with model_type 'bart'")
         if self.d_model % self.attention_heads:
             raise ValueError("d_model must be divisible by attention_heads")
         if self.eval_every_steps is not None and self.eval_every_steps < 1:
@@ -159,14 +218,22 @@ def parse_args(argv: list[str] | None = None) -> DemoVerifierArguments:
 # ----------------------------------------------------------------------------------------------------------------
 # Data and tokenizer
 # ----------------------------------------------------------------------------------------------------------------
-def read_pairs(path: Path, limit: int | None = None) -> list[tuple[str, str]]:
-    """Reads `(en, de)` pairs from a translation `.jsonl` file."""
+def read_pairs(path: Path, limit: int | None = None, task: str = "translation") -> list[tuple[str, str]]:
+    """Reads `(source, target)` pairs from a `.jsonl` file: `(en, de)` for translation, `(document, summary)` for
+    summarization."""
     pairs = []
     for number, row in enumerate(read_jsonl(path), start=1):
-        translation = row.get("translation")
-        if not isinstance(translation, dict) or not {"en", "de"} <= translation.keys():
-            raise ValueError(f'{path}, row {number}: expected {{"translation": {{"en": ..., "de": ...}}}}, got {row}')
-        pairs.append((translation["en"], translation["de"]))
+        if task == "summarization":
+            if not isinstance(row.get("document"), str) or not isinstance(row.get("summary"), str):
+                raise ValueError(f'{path}, row {number}: expected {{"document": ..., "summary": ...}}, got {row}')
+            pairs.append((row["document"], row["summary"]))
+        else:
+            translation = row.get("translation")
+            if not isinstance(translation, dict) or not {"en", "de"} <= translation.keys():
+                raise ValueError(
+                    f'{path}, row {number}: expected {{"translation": {{"en": ..., "de": ...}}}}, got {row}'
+                )
+            pairs.append((translation["en"], translation["de"]))
         if limit is not None and len(pairs) >= limit:
             break
     return pairs
@@ -176,17 +243,18 @@ def train_tokenizer(
     pairs: list[tuple[str, str]], args: DemoVerifierArguments, save_dir: Path
 ) -> PreTrainedTokenizerFast:
     """
-    Trains a shared en+de SentencePiece-style tokenizer (Metaspace pre-tokenizer, Unigram or BPE model).
+    Trains a SentencePiece-style tokenizer shared by both sides (Metaspace pre-tokenizer, Unigram or BPE model).
 
     Args:
-        pairs (`list[tuple[str, str]]`): Training sentence pairs.
-        args (`DemoVerifierArguments`): Uses `vocab_size` and `tokenizer_model`.
+        pairs (`list[tuple[str, str]]`): Training pairs.
+        args (`DemoVerifierArguments`): Uses `vocab_size`, `tokenizer_model` and `model_type`.
         save_dir (`Path`): Where the tokenizer is saved in Hugging Face format.
 
     Returns:
-        `PreTrainedTokenizerFast`: with `<pad>` (id 0), `</s>` (id 1), `<unk>` (id 2); `</s>` is appended on encoding.
+        `PreTrainedTokenizerFast`: for Marian, `<pad>` (id 0), `</s>` (id 1), `<unk>` (id 2), and `</s>` appended
+        on encoding; for BART, BART's layout: `<s>` (0), `<pad>` (1), `</s>` (2), `<unk>` (3), and `<s> ... </s>`.
     """
-    special = [PAD, EOS, UNK]
+    special = [BOS, PAD, EOS, UNK] if args.model_type == "bart" else [PAD, EOS, UNK]
     if args.tokenizer_model == "unigram":
         tokenizer = Tokenizer(models.Unigram())
         trainer = trainers.UnigramTrainer(vocab_size=args.vocab_size, special_tokens=special, unk_token=UNK)
@@ -197,40 +265,75 @@ def train_tokenizer(
     tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
     tokenizer.decoder = decoders.Metaspace()
     tokenizer.train_from_iterator((text for pair in pairs for text in pair), trainer=trainer, length=2 * len(pairs))
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single=f"$A {EOS}", pair=f"$A $B {EOS}", special_tokens=[(EOS, tokenizer.token_to_id(EOS))]
+    if args.model_type == "bart":
+        tokenizer.post_processor = processors.TemplateProcessing(
+            single=f"{BOS} $A {EOS}",
+            pair=f"{BOS} $A {EOS} $B {EOS}",
+            special_tokens=[(BOS, tokenizer.token_to_id(BOS)), (EOS, tokenizer.token_to_id(EOS))],
+        )
+        extra = {"bos_token": BOS}
+    else:
+        tokenizer.post_processor = processors.TemplateProcessing(
+            single=f"$A {EOS}", pair=f"$A $B {EOS}", special_tokens=[(EOS, tokenizer.token_to_id(EOS))]
+        )
+        extra = {}
+    hf_tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, pad_token=PAD, eos_token=EOS, unk_token=UNK, **extra
     )
-    hf_tokenizer = PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token=PAD, eos_token=EOS, unk_token=UNK)
     hf_tokenizer.model_max_length = args.max_position_embeddings
     hf_tokenizer.save_pretrained(save_dir)
     return hf_tokenizer
 
 
 def encode_pairs(
-    tokenizer: PreTrainedTokenizerFast, pairs: list[tuple[str, str]], max_tokens: int
+    tokenizer: PreTrainedTokenizerFast,
+    pairs: list[tuple[str, str]],
+    max_tokens: int,
+    max_source_tokens: int | None = None,
 ) -> list[tuple[list[int], list[int]]]:
-    """Tokenizes pairs (with `</s>`) and drops those longer than `max_tokens` on either side."""
-    sources = tokenizer([en for en, _ in pairs], add_special_tokens=True)["input_ids"]
-    targets = tokenizer([de for _, de in pairs], add_special_tokens=True)["input_ids"]
+    """
+    Tokenizes pairs (with the tokenizer's special tokens) and drops those longer than `max_tokens` on either side;
+    with `max_source_tokens`, longer sources are cut to it instead (their last token, `</s>`, kept) and only the
+    target is held to `max_tokens`.
+    """
+    sources = tokenizer([source for source, _ in pairs], add_special_tokens=True)["input_ids"]
+    targets = tokenizer([target for _, target in pairs], add_special_tokens=True)["input_ids"]
+    if max_source_tokens is not None:
+        sources = [s if len(s) <= max_source_tokens else s[: max_source_tokens - 1] + s[-1:] for s in sources]
+        return [(s, t) for s, t in zip(sources, targets, strict=True) if len(t) <= max_tokens]
     return [(s, t) for s, t in zip(sources, targets, strict=True) if len(s) <= max_tokens and len(t) <= max_tokens]
 
 
-def make_batches(examples: list[tuple[list[int], list[int]]], max_target_tokens: int, seed: int) -> list[list[int]]:
+def make_batches(
+    examples: list[tuple[list[int], list[int]]],
+    max_target_tokens: int,
+    seed: int,
+    max_source_tokens: int | None = None,
+) -> list[list[int]]:
     """
-    Groups example indices into batches of similar length holding at most `max_target_tokens` padded target tokens.
+    Groups example indices into batches of similar length holding at most `max_target_tokens` padded target tokens
+    (and, with `max_source_tokens`, at most that many padded source tokens, grouping by source length first).
 
     The order depends only on `seed` (e.g. `seed + epoch`), so a run can be resumed at a batch index.
     """
     rng = random.Random(seed)
-    order = sorted(range(len(examples)), key=lambda i: (len(examples[i][1]), len(examples[i][0]), rng.random()))
-    batches, current, longest = [], [], 0
+    if max_source_tokens is None:
+        order = sorted(range(len(examples)), key=lambda i: (len(examples[i][1]), len(examples[i][0]), rng.random()))
+    else:
+        order = sorted(range(len(examples)), key=lambda i: (len(examples[i][0]), len(examples[i][1]), rng.random()))
+    batches, current, longest_target, longest_source = [], [], 0, 0
     for i in order:
-        length = len(examples[i][1])
-        if current and max(longest, length) * (len(current) + 1) > max_target_tokens:
+        source_length, target_length = len(examples[i][0]), len(examples[i][1])
+        too_many_targets = max(longest_target, target_length) * (len(current) + 1) > max_target_tokens
+        too_many_sources = (
+            max_source_tokens is not None
+            and max(longest_source, source_length) * (len(current) + 1) > max_source_tokens
+        )
+        if current and (too_many_targets or too_many_sources):
             batches.append(current)
-            current, longest = [], 0
+            current, longest_target, longest_source = [], 0, 0
         current.append(i)
-        longest = max(longest, length)
+        longest_target, longest_source = max(longest_target, target_length), max(longest_source, source_length)
     if current:
         batches.append(current)
     rng.shuffle(batches)
@@ -262,8 +365,10 @@ def collate(
 # ----------------------------------------------------------------------------------------------------------------
 # Model, optimisation, checkpoints
 # ----------------------------------------------------------------------------------------------------------------
-def build_model(args: DemoVerifierArguments, tokenizer: PreTrainedTokenizerFast) -> MarianMTModel:
-    """A randomly initialised `MarianMTModel` with shared, tied embeddings and a greedy generation config."""
+def build_model(args: DemoVerifierArguments, tokenizer: PreTrainedTokenizerFast) -> PreTrainedModel:
+    """A randomly initialised model of `args.model_type` with shared, tied embeddings and its generation config."""
+    if args.model_type == "bart":
+        return build_bart_model(args, tokenizer)
     config = MarianConfig(
         vocab_size=len(tokenizer),
         d_model=args.d_model,
@@ -295,6 +400,50 @@ def build_model(args: DemoVerifierArguments, tokenizer: PreTrainedTokenizerFast)
         forced_eos_token_id=tokenizer.eos_token_id,
         # as in Marian checkpoints: the decoder starts from <pad>, which is never generated
         bad_words_ids=[[tokenizer.pad_token_id]],
+    )
+    with torch.no_grad():
+        model.get_input_embeddings().weight[tokenizer.pad_token_id].zero_()
+    return model
+
+
+def build_bart_model(args: DemoVerifierArguments, tokenizer: PreTrainedTokenizerFast) -> BartForConditionalGeneration:
+    """
+    A randomly initialised `BartForConditionalGeneration` laid out as bart-large-cnn is: `</s>` starts the decoder,
+    `<s>` is forced first and `</s>` last, and the generation config carries the `generation_*` settings (beam
+    search, `min_length`, n-gram blocking, length penalty) scaled to this corpus.
+    """
+    config = BartConfig(
+        vocab_size=len(tokenizer),
+        d_model=args.d_model,
+        encoder_layers=args.encoder_layers,
+        decoder_layers=args.decoder_layers,
+        encoder_attention_heads=args.attention_heads,
+        decoder_attention_heads=args.attention_heads,
+        encoder_ffn_dim=args.ffn_dim,
+        decoder_ffn_dim=args.ffn_dim,
+        max_position_embeddings=args.max_position_embeddings,
+        dropout=args.dropout,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.eos_token_id,
+        tie_word_embeddings=True,
+    )
+    model = BartForConditionalGeneration(config)
+    model.generation_config = GenerationConfig(
+        max_length=args.generation_max_length,
+        min_length=args.generation_min_length,
+        num_beams=args.generation_num_beams,
+        no_repeat_ngram_size=args.generation_no_repeat_ngram_size,
+        length_penalty=args.generation_length_penalty,
+        early_stopping=args.generation_num_beams > 1,
+        do_sample=False,
+        bos_token_id=tokenizer.bos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.eos_token_id,
+        forced_bos_token_id=tokenizer.bos_token_id,
+        forced_eos_token_id=tokenizer.eos_token_id,
     )
     with torch.no_grad():
         model.get_input_embeddings().weight[tokenizer.pad_token_id].zero_()
@@ -336,7 +485,7 @@ def grow_from(model: MarianMTModel, source: MarianMTModel, args: DemoVerifierArg
             target.load_state_dict(source_layers[index].state_dict())
 
 
-def zero_pad_row_gradient(model: MarianMTModel) -> None:
+def zero_pad_row_gradient(model: PreTrainedModel) -> None:
     """
     Keeps the `<pad>` embedding row at zero: the tied LM head sends it gradient (`padding_idx` only protects the
     lookup), so its gradient is cleared before every optimizer step.
@@ -373,7 +522,7 @@ def inverse_sqrt_schedule(warmup_steps: int):
     return factor
 
 
-def save_atomically(directory: Path, model: MarianMTModel, tokenizer: PreTrainedTokenizerFast, extra: dict) -> None:
+def save_atomically(directory: Path, model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, extra: dict) -> None:
     """
     Writes model + tokenizer (+ extra files) to a temporary directory, then swaps it in with renames.
 
@@ -405,23 +554,31 @@ def find_checkpoint(output_dir: Path) -> Path:
 
 
 @torch.no_grad()
-def evaluate_bleu(
-    model: MarianMTModel, tokenizer: PreTrainedTokenizerFast, pairs: list[tuple[str, str]], batch_size: int
+def evaluate_quality(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerFast,
+    pairs: list[tuple[str, str]],
+    batch_size: int,
+    max_source_tokens: int | None = None,
 ) -> dict[str, float]:
-    """Greedy-decodes the English side of `pairs` and scores detokenised BLEU / chrF with sacrebleu."""
+    """
+    Greedy-decodes the sources of `pairs` (the generation config's other processors kept) and scores the outputs
+    against the targets: BLEU and chrF (sacrebleu, 0-100) and ROUGE-1/2/L (rouge-score, here 0-100 too).
+    """
     was_training = model.training
     model.eval()
     hypotheses = []
     for start in range(0, len(pairs), batch_size):
-        batch = tokenizer([en for en, _ in pairs[start : start + batch_size]], return_tensors="pt", padding=True)
+        sources = [source for source, _ in pairs[start : start + batch_size]]
+        truncation = {"truncation": True, "max_length": max_source_tokens} if max_source_tokens else {}
+        batch = tokenizer(sources, return_tensors="pt", padding=True, **truncation)
         output = model.generate(**batch, num_beams=1, do_sample=False)
         hypotheses += tokenizer.batch_decode(output, skip_special_tokens=True)
     model.train(was_training)
-    references = [[de for _, de in pairs]]
-    return {
-        "bleu": sacrebleu.corpus_bleu(hypotheses, references).score,
-        "chrf": sacrebleu.corpus_chrf(hypotheses, references).score,
-    }
+    quality = corpus_quality(hypotheses, [target for _, target in pairs])
+    scores = {"bleu": quality["bleu"], "chrf": quality["chrf"]}
+    scores.update({name: 100 * quality[name] for name in ("rouge1", "rouge2", "rougeL")})
+    return scores
 
 
 def setup_logging(output_dir: Path) -> None:
@@ -469,8 +626,8 @@ def training_function(args: DemoVerifierArguments) -> None:
         distilled = load_distilled_dataset(args.distilled_train_data)
         train_pairs = list(zip(distilled["source"], distilled["target"], strict=True))[: args.max_train_examples]
     else:
-        train_pairs = read_pairs(Path(args.data_dir) / "train.jsonl", args.max_train_examples)
-    eval_pairs = read_pairs(Path(args.data_dir) / "validation.jsonl", args.eval_samples)
+        train_pairs = read_pairs(Path(args.data_dir) / "train.jsonl", args.max_train_examples, args.task)
+    eval_pairs = read_pairs(Path(args.data_dir) / "validation.jsonl", args.eval_samples, args.task)
     if args.resume:
         checkpoint = find_checkpoint(output_dir)
         tokenizer = PreTrainedTokenizerFast.from_pretrained(checkpoint)
@@ -483,7 +640,7 @@ def training_function(args: DemoVerifierArguments) -> None:
         start = time.perf_counter()
         tokenizer = train_tokenizer(train_pairs, args, output_dir / "tokenizer")
         logger.info("trained tokenizer (%d pieces) in %.0f s", len(tokenizer), time.perf_counter() - start)
-    examples = encode_pairs(tokenizer, train_pairs, args.max_tokens_per_sentence)
+    examples = encode_pairs(tokenizer, train_pairs, args.max_tokens_per_sentence, args.max_source_tokens)
     logger.info(
         "%d / %d training pairs within %d tokens", len(examples), len(train_pairs), args.max_tokens_per_sentence
     )
@@ -491,7 +648,7 @@ def training_function(args: DemoVerifierArguments) -> None:
     # 2. Model, optimizer, schedule
     torch.manual_seed(args.seed)
     if args.resume:
-        model = MarianMTModel.from_pretrained(checkpoint)
+        model = AutoModelForSeq2SeqLM.from_pretrained(checkpoint)
     else:
         model = build_model(args, tokenizer)
         if args.init_from:
@@ -501,7 +658,7 @@ def training_function(args: DemoVerifierArguments) -> None:
     optimizer = torch.optim.Adam(model.parameters(), lr=args.learning_rate, betas=(args.adam_beta1, args.adam_beta2))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, inverse_sqrt_schedule(args.warmup_steps))
     state = {
-        "step": 0, "epoch": 0, "batch_index": 0, "elapsed": 0.0, "best_bleu": -1.0, "target_tokens": 0,
+        "step": 0, "epoch": 0, "batch_index": 0, "elapsed": 0.0, "best_score": -1.0, "target_tokens": 0,
         "evaluated_step": None,  # the step of the latest evaluation
     }  # fmt: skip
     if args.resume:
@@ -511,6 +668,8 @@ def training_function(args: DemoVerifierArguments) -> None:
         torch.set_rng_state(saved["torch_rng"])
         random.setstate(saved["python_rng"])
         state = {"evaluated_step": None, **saved["state"]}  # checkpoints before evaluated_step lack it
+        if "best_bleu" in state:  # checkpoints of the translation-only script
+            state["best_score"] = state.pop("best_bleu")
         logger.info(
             "resumed from %s at step %d (epoch %d, batch %d)",
             checkpoint,
@@ -535,16 +694,18 @@ def training_function(args: DemoVerifierArguments) -> None:
     def run_evaluation() -> None:
         state["evaluated_step"] = state["step"]
         start = time.perf_counter()
-        scores = evaluate_bleu(model, tokenizer, eval_pairs, args.eval_batch_size)
+        scores = evaluate_quality(model, tokenizer, eval_pairs, args.eval_batch_size, args.max_source_tokens)
         logger.info(
-            "eval step %d: BLEU %.2f chrF %.2f on %d validation sentences (%.0f s)",
-            state["step"], scores["bleu"], scores["chrf"], len(eval_pairs), time.perf_counter() - start,
+            "eval step %d: BLEU %.2f chrF %.2f ROUGE-1/2/L %.2f/%.2f/%.2f on %d validation rows (%.0f s)",
+            state["step"], scores["bleu"], scores["chrf"], scores["rouge1"], scores["rouge2"], scores["rougeL"],
+            len(eval_pairs), time.perf_counter() - start,
         )  # fmt: skip
-        if scores["bleu"] > state["best_bleu"]:
-            state["best_bleu"] = scores["bleu"]
+        metric = TASKS[args.task]
+        if scores[metric] > state["best_score"]:
+            state["best_score"] = scores[metric]
             results = {"step": state["step"], "num_sentences": len(eval_pairs), **scores}
             save_atomically(output_dir / "best", model, tokenizer, {"eval_results.json": results})
-            logger.info("new best BLEU %.2f saved to %s", scores["bleu"], output_dir / "best")
+            logger.info("new best %s %.2f saved to %s", metric, scores[metric], output_dir / "best")
 
     def step_evaluation_due() -> bool:
         """Whether `eval_every_steps` is set, the current step is a multiple of it, and it is not evaluated yet."""
@@ -563,7 +724,9 @@ def training_function(args: DemoVerifierArguments) -> None:
     window_loss, window_tokens, window_start = 0.0, 0, time.time()
     reason = "max_steps"
     while state["step"] < args.max_steps:
-        batches = make_batches(examples, args.batch_target_tokens, args.seed + state["epoch"])
+        batches = make_batches(
+            examples, args.batch_target_tokens, args.seed + state["epoch"], args.batch_source_tokens
+        )
         while state["batch_index"] < len(batches) and state["step"] < args.max_steps:
             batch = collate(
                 examples, batches[state["batch_index"]], tokenizer.pad_token_id, model.config.decoder_start_token_id

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import build_word_tokenizer, load_repository_script
-from transformers import MarianMTModel
+from transformers import BartForConditionalGeneration, MarianMTModel, PreTrainedTokenizerFast
 
 from specdec_hf.data.vocabulary_layout import pad_last_permutation, relayout_tokenizer
 
@@ -144,3 +144,72 @@ def test_growing_copies_the_mapped_layers(tmp_path):
         for name, value in target.state_dict().items():
             torch.testing.assert_close(value, source.model.decoder.layers[index].state_dict()[name], msg=name)
     torch.testing.assert_close(grown.get_input_embeddings().weight, source.get_input_embeddings().weight)
+
+
+def _summarization_workspace(tmp_path: Path) -> Path:
+    """Rows in the Debian summarization layout: the English sentence as the document, its first words as summary."""
+    lines = FIXTURE.read_text(encoding="utf-8").splitlines()[:72]
+    rows = []
+    for line in lines:
+        english = json.loads(line)["translation"]["en"]
+        rows.append(json.dumps({"document": english + " " + english, "summary": " ".join(english.split()[:4])}))
+    data = tmp_path / "sum"
+    data.mkdir()
+    (data / "train.jsonl").write_text("\n".join(rows[:64]) + "\n", encoding="utf-8")
+    (data / "validation.jsonl").write_text("\n".join(rows[64:]) + "\n", encoding="utf-8")
+    return data
+
+
+def test_bart_summarization_verifier_is_laid_out_as_bart_large_cnn_and_resumes(tmp_path):
+    script = load_script()
+    data = _summarization_workspace(tmp_path)
+    argv = ["--task", "summarization", "--model_type", "bart", "--data_dir", str(data), "--output_dir",
+            str(tmp_path / "run"), "--vocab_size", "300", "--encoder_layers", "1", "--decoder_layers", "2",
+            "--max_source_tokens", "24", "--batch_source_tokens", "200", "--generation_num_beams", "4",
+            "--generation_min_length", "3", "--generation_no_repeat_ngram_size", "3",
+            "--generation_length_penalty", "2.0", "--learning_rate", "0.01", "--warmup_steps", "1", *TINY]  # fmt: skip
+    script.training_function(script.parse_args([*argv, "--max_steps", "2"]))
+    run = tmp_path / "run"
+    model = BartForConditionalGeneration.from_pretrained(run / "checkpoint-last")
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(run / "checkpoint-last")
+    bos, pad, eos = tokenizer.bos_token_id, tokenizer.pad_token_id, tokenizer.eos_token_id
+    assert (bos, pad, eos) == (0, 1, 2)  # BART's layout
+    encoded = tokenizer("a b")["input_ids"]
+    assert encoded[0] == bos and encoded[-1] == eos
+    assert model.config.decoder_start_token_id == eos
+    assert model.get_input_embeddings().weight[pad].abs().max() == 0
+    generation = model.generation_config
+    assert (generation.num_beams, generation.min_length, generation.no_repeat_ngram_size) == (4, 3, 3)
+    assert generation.length_penalty == 2.0 and generation.forced_eos_token_id == eos
+    assert generation.forced_bos_token_id == bos and generation.decoder_start_token_id == eos
+    results = json.loads((run / "best" / "eval_results.json").read_text())
+    assert results["step"] == 2 and 0 <= results["rougeL"] <= 100
+    script.training_function(script.parse_args([*argv, "--max_steps", "3", "--resume"]))
+    assert "resumed from" in (run / "train.log").read_text()
+    assert json.loads((run / "best" / "eval_results.json").read_text())["step"] in (2, 3)
+
+
+def test_long_sources_are_cut_keeping_their_last_token_and_batches_cap_source_tokens(tmp_path):
+    script = load_script()
+    texts = [f"w{i}" for i in range(40)]
+    tokenizer = build_word_tokenizer(texts, vocab_size=100)
+    pairs = [(" ".join(texts[:30]), "w1 w2"), (" ".join(texts[:5]), " ".join(texts[:20]))]
+    cut = script.encode_pairs(tokenizer, pairs, max_tokens=8, max_source_tokens=10)
+    # the first source is cut to 10 tokens ending with its own last token; the second pair's target is too long
+    assert len(cut) == 1 and len(cut[0][0]) == 10
+    assert cut[0][0][-1] == tokenizer(pairs[0][0])["input_ids"][-1]
+    examples = [([1] * length, [1, 1]) for length in (10, 10, 30, 30, 30)]
+    batches = script.make_batches(examples, max_target_tokens=1000, seed=0, max_source_tokens=60)
+    for batch in batches:
+        assert max(len(examples[i][0]) for i in batch) * len(batch) <= 60
+    assert sorted(i for batch in batches for i in batch) == list(range(5))
+
+
+def test_unknown_task_or_model_type_is_refused():
+    script = load_script()
+    with pytest.raises(ValueError, match="task must be one of"):
+        script.parse_args(["--task", "translate"])
+    with pytest.raises(ValueError, match="model_type must be one of"):
+        script.parse_args(["--model_type", "t5"])
+    with pytest.raises(ValueError, match="init_from grows Marian models only"):
+        script.parse_args(["--model_type", "bart", "--init_from", "x"])
