@@ -15,12 +15,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache, EncoderDecoderCache, GenerationConfig
 from transformers.generation.configuration_utils import GenerationMode
-from transformers.generation.logits_process import (
-    EncoderNoRepeatNGramLogitsProcessor,
-    EncoderRepetitionPenaltyLogitsProcessor,
-    LogitsProcessorList,
-    PrefixConstrainedLogitsProcessor,
-)
+from transformers.generation.logits_process import LogitsProcessorList
 from transformers.generation.stopping_criteria import (
     EosTokenCriteria,
     MaxLengthCriteria,
@@ -35,6 +30,7 @@ from transformers.utils import ModelOutput
 from ..acceptance import validate_acceptance_arguments
 from ..drafting import validate_drafter
 from ..models.verifier_conversion import check_verifier_state_layers
+from .aligned_rows import needs_aligned_rows
 from .draft_length import AUTO, DraftLengthSchedule
 from .outputs import SpeculativeGenerateOutput
 from .spec_drafter_adapter import SpecDrafterAdapter, as_drafter
@@ -142,7 +138,7 @@ def speculative_generate(
             f"`beta`/`tau` (got beta={beta}, tau={tau}) relax greedy verification; with `do_sample=True` speculative "
             "sampling is already exact and takes no relaxation: drop `beta`/`tau`, or set `do_sample=False`."
         )
-    _check_generation_mode(generation_config, logits_processor, input_ids.shape[0], model, model_kwargs)
+    _check_generation_mode(generation_config, model, model_kwargs)
     if token_streamer is not None and input_ids.shape[0] > 1:
         raise ValueError(
             f"A streamer needs batch size 1 (got {input_ids.shape[0]} rows, `num_return_sequences` included): "
@@ -162,7 +158,9 @@ def speculative_generate(
 
     loop_config = _loop_config(
         generation_config,
+        logits_processor,
         stopping_criteria,
+        input_ids.shape[0],
         vocab_size,
         num_draft_tokens,
         beta,
@@ -256,7 +254,9 @@ def _check_speculative_arguments(
 
 def _loop_config(
     generation_config: GenerationConfig,
+    logits_processor: LogitsProcessorList,
     stopping_criteria: StoppingCriteriaList,
+    batch_size: int,
     vocab_size: int,
     num_draft_tokens: int,
     beta: int,
@@ -269,6 +269,8 @@ def _loop_config(
     pad = generation_config._pad_token_tensor
     pad_token_id = int(pad) if pad is not None else (int(eos[0]) if eos is not None else 0)
     return_dict = generation_config.return_dict_in_generate
+    output_scores = bool(return_dict and generation_config.output_scores)
+    output_logits = bool(return_dict and generation_config.output_logits)
     return SpeculativeLoopConfig(
         num_draft_tokens=num_draft_tokens,
         beta=beta,
@@ -278,9 +280,12 @@ def _loop_config(
         vocab_size=vocab_size,
         eos_token_ids=None if eos is None else eos.to(device),
         do_sample=bool(generation_config.do_sample),
-        output_scores=bool(return_dict and generation_config.output_scores),
-        output_logits=bool(return_dict and generation_config.output_logits),
+        output_scores=output_scores,
+        output_logits=output_logits,
         confidence_threshold=None if draft_confidence_threshold is None else float(draft_confidence_threshold),
+        aligned_rows=needs_aligned_rows(
+            logits_processor, stopping_criteria, batch_size, output_scores or output_logits
+        ),
     )
 
 
@@ -368,13 +373,7 @@ def _beam_search_refusal(num_beams: int, config_num_beams: int | None) -> str:
     )
 
 
-def _check_generation_mode(
-    generation_config: GenerationConfig,
-    logits_processor: LogitsProcessorList,
-    batch_size: int,
-    model,
-    model_kwargs: dict[str, Any],
-) -> None:
+def _check_generation_mode(generation_config: GenerationConfig, model, model_kwargs: dict[str, Any]) -> None:
     """Reject what the speculative loop does not implement, rather than silently decoding something else."""
     if generation_config.num_beams > 1:
         raise ValueError(_beam_search_refusal(generation_config.num_beams, model.generation_config.num_beams))
@@ -405,13 +404,6 @@ def _check_generation_mode(
     if model_kwargs.get("decoder_attention_mask") is not None:
         raise ValueError(
             "`decoder_attention_mask` is not supported with a `drafter`: pass an unpadded decoder prompt."
-        )
-    row_indexed = (PrefixConstrainedLogitsProcessor, EncoderRepetitionPenaltyLogitsProcessor)
-    row_indexed += (EncoderNoRepeatNGramLogitsProcessor,)
-    if batch_size > 1 and any(isinstance(p, row_indexed) for p in logits_processor):
-        raise ValueError(
-            "`prefix_allowed_tokens_fn`, `encoder_repetition_penalty` and `encoder_no_repeat_ngram_size` read the "
-            "batch index, which the per-row verification of a `drafter` changes: use batch size 1 with them."
         )
 
 

@@ -44,6 +44,7 @@ from ..acceptance import (
     sample_proposal,
 )
 from ..drafting import Drafter
+from .aligned_rows import stop_aligned
 from .draft_length import DraftLengthSchedule, time_forward
 from .processor_gating import apply_to_every_position, is_position_independent, processors_acting_on
 from .proposal_checks import check_proposal
@@ -85,6 +86,8 @@ class SpeculativeLoopConfig:
     output_scores: bool = False
     output_logits: bool = False
     confidence_threshold: float | None = None
+    # every row kept until all finish, advancing together (`specdec_hf.generation.aligned_rows`)
+    aligned_rows: bool = False
 
 
 @dataclass
@@ -202,6 +205,9 @@ def run_speculative_loop(
     position_limit = min((operator.index(limit) for limit in limits if limit is not None), default=None)
     state_layers = getattr(drafter, "verifier_state_layers", None)
     cache_length = 0
+    # aligned rows: those finished so far (kept in the batch, appending pad), on the device and the host
+    done = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+    done_list = [False] * input_ids.shape[0]
     if streamer is not None:
         streamer.put(input_ids.cpu())
 
@@ -216,6 +222,8 @@ def run_speculative_loop(
             )
         # 1. Draft
         drafts, proposal_q, verify_counts = draft(drafter, context, batch, k, logits_processor, config, stats)
+        if any(done_list):  # aligned rows: a finished row is fed pad, as greedy feeds it
+            drafts = torch.where(done.unsqueeze(1), config.pad_token_id, drafts)
         # 2. Verify
         logits, fed_length = verify(
             verifier, context, cache, cache_length, batch, drafts, state_layers, config, causal_masks
@@ -225,7 +233,13 @@ def run_speculative_loop(
         acting = processors_acting_on(logits_processor, batch.shortest, batch.longest + drafts.shape[1])
         scores, new_tokens, num_accepted = accept(logits, drafts, budgets, batch, acting, proposal_q, config)
         # 4. Stop
-        num_new, finished = stop(new_tokens, num_accepted + 1, batch, scores, stopping_criteria, simple, config)
+        if config.aligned_rows:
+            new_tokens, num_new, finished = stop_aligned(
+                new_tokens, num_accepted + 1, batch.committed, batch.longest, scores, stopping_criteria, done,
+                config.max_length, config.pad_token_id,
+            )  # fmt: skip
+        else:
+            num_new, finished = stop(new_tokens, num_accepted + 1, batch, scores, stopping_criteria, simple, config)
         # 5. Commit: write the new tokens, read this iteration's outcome on the host (its one transfer), count
         # them, release finished rows, crop the verifier's cache
         commit(rows, batch.lengths, new_tokens, num_new, config.pad_token_id)
@@ -237,9 +251,13 @@ def run_speculative_loop(
         if scheduled:
             draft_length_schedule.observe(drafts.shape[1], outcome.accepted)
         _advance_lengths(rows, outcome.num_new)
-        stats.count_iteration(rows.active, outcome.num_new, outcome.drafted, outcome.accepted)
+        _count_iteration(stats, rows.active, outcome, done_list)
         if rows.recorded is not None:
             _record_scores(rows, outcome.num_new, scores, logits)
+        if config.aligned_rows:  # rows leave together, when the last one finishes
+            done, done_list = finished, outcome.finished
+            if not all(done_list):
+                finished, outcome = torch.zeros_like(finished), outcome._replace(finished=[False] * len(done_list))
         cache_length = release_finished_rows(rows, context, cache, drafter, finished, outcome.finished, fed_length)
 
     if streamer is not None:
@@ -694,6 +712,21 @@ def _read_outcome(
         accepted=values[2 * rows : 3 * rows],
         drafted=values[3 * rows : 4 * rows],
         streamed=values[4 * rows :] if streamed is not None else None,
+    )
+
+
+def _count_iteration(stats: SpeculativeDecodingStats, active: list[int], outcome: Outcome, done: list[bool]):
+    """Count the iteration for the active rows, leaving out aligned rows already finished (their pad is not
+    generated)."""
+    if not any(done):
+        stats.count_iteration(active, outcome.num_new, outcome.drafted, outcome.accepted)
+        return
+    running = [local for local, finished in enumerate(done) if not finished]
+    stats.count_iteration(
+        [active[i] for i in running],
+        [outcome.num_new[i] for i in running],
+        [outcome.drafted[i] for i in running],
+        [outcome.accepted[i] for i in running],
     )
 
 

@@ -41,8 +41,6 @@ def _generate(model, inputs, **kwargs):
         (dict(output_attentions=True, return_dict_in_generate=True), "output_attentions"),
         (dict(penalty_alpha=0.6, top_k=4), "contrastive_search"),
         (dict(prompt_lookup_num_tokens=3), "assisted_generation"),
-        (dict(encoder_repetition_penalty=2.0), "encoder_repetition_penalty"),
-        (dict(encoder_no_repeat_ngram_size=2), "encoder_no_repeat_ngram_size"),
         (dict(drafter=None), "`drafter` is required"),
         (dict(drafter=RandomDrafter(VOCAB_SIZE + 1)), "vocabulary size"),
         (dict(drafter=object()), "drafting interface"),
@@ -63,11 +61,6 @@ def test_beam_search_refusal_names_both_settings(bart, inputs):
     bart.generation_config.num_beams = 4
     with pytest.raises(ValueError, match="the verifier's own generation_config asks for it"):
         _generate(bart, inputs)
-
-
-def test_prefix_allowed_tokens_fn_needs_batch_one(bart, inputs):
-    with pytest.raises(ValueError, match="prefix_allowed_tokens_fn"):
-        _generate(bart, inputs, prefix_allowed_tokens_fn=lambda batch_id, ids: list(range(VOCAB_SIZE)))
 
 
 def test_decoder_only_verifier_is_rejected():

@@ -1,0 +1,111 @@
+"""Aligned rows: the batch advanced as greedy decoding advances it, for code that reads a row's index in the batch.
+
+By default the loop lets rows advance by what each accepts, drops rows as they finish, and calls logits processors
+and stopping criteria on groups of rows of one prefix length. A processor or criterion that is a function of each
+row's own tokens cannot tell; one that reads the row's *index* (a user's processor that bans a different token in
+each row, `prefix_allowed_tokens_fn(batch_id, ...)`, the encoder n-gram processors, a criterion with a limit per
+row) sees other rows under that index. And `output_scores` after a row's EOS has no scores to return, where greedy
+returns those of the padding it appends.
+
+With aligned rows every row stays in the batch until all are finished, a finished row's drafts and tokens are pad
+(what greedy appends), and each iteration every row appends as many tokens as the row that accepts the fewest:
+all rows keep one length, so processors and criteria are called on the whole batch in batch order, as in greedy
+decoding. Tokens per iteration fall to the batch's slowest row; outputs stay exact.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers.generation.logits_process import (
+    EncoderNoRepeatNGramLogitsProcessor,
+    EncoderRepetitionPenaltyLogitsProcessor,
+    LogitsProcessorList,
+    PrefixConstrainedLogitsProcessor,
+)
+from transformers.generation.stopping_criteria import (
+    EosTokenCriteria,
+    MaxLengthCriteria,
+    MaxTimeCriteria,
+    StoppingCriteriaList,
+    StopStringCriteria,
+)
+
+__all__ = ["needs_aligned_rows", "reads_row_index", "stop_aligned"]
+
+# transformers' processors that read the batch index (the encoder input's row, the callback's `batch_id`)
+_ROW_INDEXED_PROCESSORS = (
+    PrefixConstrainedLogitsProcessor,
+    EncoderRepetitionPenaltyLogitsProcessor,
+    EncoderNoRepeatNGramLogitsProcessor,
+)
+# transformers' criteria that judge each row by its own tokens (or the clock)
+_ROW_WISE_CRITERIA = (MaxLengthCriteria, EosTokenCriteria, MaxTimeCriteria, StopStringCriteria)
+
+
+def reads_row_index(processor_or_criterion) -> bool:
+    """Whether a logits processor or stopping criterion may read a row's index in the batch: transformers' own are
+    known either way; any other (a user's) is assumed to."""
+    if isinstance(processor_or_criterion, _ROW_INDEXED_PROCESSORS):
+        return True
+    if isinstance(processor_or_criterion, _ROW_WISE_CRITERIA):
+        return False
+    return not type(processor_or_criterion).__module__.startswith("transformers.")
+
+
+def needs_aligned_rows(
+    logits_processor: LogitsProcessorList,
+    stopping_criteria: StoppingCriteriaList,
+    batch_size: int,
+    output_scores: bool,
+) -> bool:
+    """Whether the loop must keep the rows aligned: a batch of several rows with a processor or criterion that may
+    read the row index, or with `output_scores` / `output_logits` (greedy scores a row's padding after its EOS)."""
+    if batch_size == 1:
+        return False
+    return output_scores or any(reads_row_index(item) for item in [*logits_processor, *stopping_criteria])
+
+
+def stop_aligned(
+    new_tokens: torch.LongTensor,
+    num_new: torch.LongTensor,
+    committed: torch.LongTensor,
+    length: int,
+    scores: torch.FloatTensor,
+    stopping_criteria: StoppingCriteriaList,
+    done: torch.BoolTensor,
+    max_length: int,
+    pad_token_id: int,
+) -> tuple[torch.LongTensor, torch.LongTensor, torch.BoolTensor]:
+    """Stage 4 with aligned rows: one length for all rows, the criteria called on the whole batch.
+
+    Every row appends as many tokens as the unfinished row that appends the fewest, and no more than up to the
+    first position where a criterion stops an unfinished row (greedy's `unfinished &= ~criteria(ids, scores)`);
+    rows finished before this iteration append pad.
+
+    Args:
+        new_tokens (`torch.LongTensor` of shape `(rows, k + 1)`), num_new (`torch.LongTensor` of shape `(rows,)`):
+            The tokens each row would append and how many.
+        committed (`torch.LongTensor` of shape `(rows, capacity)`): The committed tokens, all rows `length` long.
+        scores (`torch.FloatTensor` of shape `(rows, k + 1, vocab_size)`): The processed scores.
+        done (`torch.BoolTensor` of shape `(rows,)`): Rows finished before this iteration.
+
+    Returns:
+        `new_tokens` (pad for finished rows), `num_new` `(rows,)` (the same for every row) and `finished` `(rows,)`:
+        the rows finished after this iteration, earlier ones included.
+    """
+    rows, width = new_tokens.shape
+    new_tokens = torch.where(done.unsqueeze(1), pad_token_id, new_tokens)
+    common = int(torch.where(done, width, num_new).min())
+    extended = committed[:, : length + common].clone()
+    extended[:, length:] = new_tokens[:, :common]
+    finished = done.clone()
+    for position in range(common):
+        stops = stopping_criteria(extended[:, : length + position + 1], scores[:, position])
+        stopping = stops & ~finished
+        if bool(stopping.any()):
+            finished |= stopping
+            common = position + 1
+            break
+    if length + common >= max_length:
+        finished = torch.ones_like(finished)
+    return new_tokens, torch.full((rows,), common, dtype=num_new.dtype, device=num_new.device), finished
