@@ -38,12 +38,14 @@ from specdec_hf.training import (
     DistilledBatchCollator,
     DrafterTrainingArguments,
     LengthGroupedSampler,
+    check_data_order,
     drafter_training_loss,
     evaluate_drafter,
     find_latest_checkpoint,
     frequent_token_ids,
     is_checkpoint_writer,
     load_checkpoint,
+    prepare_output_dir,
     save_checkpoint_atomically,
     token_counts,
     token_coverage,
@@ -142,6 +144,17 @@ def build_drafter(args: DrafterTrainingArguments, verifier, train: datasets.Data
     return drafter
 
 
+def data_order_settings(args: DrafterTrainingArguments, num_processes: int) -> dict:
+    """What fixes which examples the first N batches of an epoch hold (with the data itself): a resume skips N
+    batches, so these must not change between a checkpoint and its resume."""
+    return {
+        "per_device_train_batch_size": args.per_device_train_batch_size,
+        "gradient_accumulation_steps": args.gradient_accumulation_steps,
+        "num_processes": num_processes,
+        "seed": args.seed,
+    }
+
+
 def split_generator(seed: int, micro_step: int, process_index: int) -> torch.Generator:
     """Split points depend only on (seed, micro-step, process): a resumed run draws exactly what it would have."""
     return torch.Generator().manual_seed((seed * 1_000_003 + micro_step) * 1_009 + process_index)
@@ -161,7 +174,12 @@ def training_function(args: DrafterTrainingArguments) -> dict:
         torch.set_num_threads(args.num_threads)
     set_seed(args.seed)
     output_dir = Path(args.output_dir)
-    if is_checkpoint_writer(accelerator):
+    writer = is_checkpoint_writer(accelerator)
+    prepare_output_dir(
+        output_dir, args.verifier_name_or_path, args.resume_from_checkpoint, args.overwrite_output_dir, remove=writer
+    )
+    accelerator.wait_for_everyone()  # an earlier run is removed before any process looks for checkpoints
+    if writer:
         output_dir.mkdir(parents=True, exist_ok=True)
     if args.report_to:
         accelerator.init_trackers("spec_drafter", config={k: str(v) for k, v in asdict(args).items()})
@@ -203,7 +221,8 @@ def training_function(args: DrafterTrainingArguments) -> dict:
     drafter, optimizer, train_loader = accelerator.prepare(drafter, optimizer, train_loader)
     accelerator.register_for_checkpointing(scheduler)
 
-    state = {"step": 0, "epoch": 0, "batches_in_epoch": 0, "micro_step": 0}
+    data_order = data_order_settings(args, accelerator.num_processes)
+    state = {"step": 0, "epoch": 0, "batches_in_epoch": 0, "micro_step": 0, "data_order": data_order}
     if args.resume_from_checkpoint:
         checkpoint = (
             find_latest_checkpoint(output_dir)
@@ -212,7 +231,12 @@ def training_function(args: DrafterTrainingArguments) -> dict:
         )
         if checkpoint is None:
             raise FileNotFoundError(f"--resume_from_checkpoint latest: no complete checkpoint in {output_dir}.")
-        state = load_checkpoint(accelerator, checkpoint)
+        # one registered object (the scheduler), and where the run stopped in its data
+        state = load_checkpoint(
+            accelerator, checkpoint, custom_objects=1, state_keys=("step", "epoch", "batches_in_epoch", "micro_step")
+        )
+        check_data_order(state.get("data_order"), data_order)
+        state["data_order"] = data_order
         logger.info(f"resumed from {checkpoint} at step {state['step']}", main_process_only=True)
 
     # redirected to a file, a bar would flood it: the periodic log lines report progress instead

@@ -20,7 +20,8 @@ $PY -m specdec_hf.distillation --config configs/data/debian_en_de.yaml --verifie
   --output_dir data/distilled/debian_en_de/train
 
 # 4. the Spec-Drafter and, as the peer baseline, a small autoregressive assistant (same budget, one core each)
-$PY train_drafter.py --config configs/train/debian_en_de.yaml --verifier_name_or_path runs/demo_verifier/best \
+[ -f runs/drafter_debian_en_de/model.safetensors ] || \
+  $PY train_drafter.py --config configs/train/debian_en_de.yaml --verifier_name_or_path runs/demo_verifier/best \
   --num_threads 1 &
 drafter_pid=$!
 $PY scripts/train_demo_verifier.py --config configs/demo/assistant_en_de.yaml \

@@ -178,6 +178,8 @@ def distill(
     shard_size = args.shard_size
     settings = {
         "verifier": verifier.name_or_path,
+        # the weights themselves: another model saved to the same path must not add to these shards
+        "verifier_sha256": weights_digest(verifier),
         "tokenizer": tokenizer.name_or_path,
         "dtype": str(verifier.dtype).removeprefix("torch."),
         "num_beams": args.num_beams,
@@ -362,19 +364,44 @@ def _shard_rows(index: int, shard_size: int, num_rows: int) -> int:
 
 
 def _check_or_write_settings(shards_dir: Path, settings: dict[str, Any]) -> None:
-    """Refuses to mix shards decoded with other settings; records the settings of a new run."""
+    """Refuses to mix shards decoded with other settings; records the settings of a new run.
+
+    A setting the earlier run did not record (`verifier_sha256`, added later) is taken as matching and recorded.
+    """
     path = shards_dir / _SETTINGS_NAME
     if path.is_file():
         previous = json.loads(path.read_text(encoding="utf-8"))
-        differ = {key: (previous.get(key), value) for key, value in settings.items() if previous.get(key) != value}
+        differ = {
+            key: (previous[key], value)
+            for key, value in settings.items()
+            if key in previous and previous[key] != value
+        }
         if differ:
             changes = ", ".join(f"{key}: {old!r} -> {new!r}" for key, (old, new) in differ.items())
+            reason = (
+                " (the verifier's weights changed: another model was saved to its path)"
+                if "verifier_sha256" in differ
+                else ""
+            )
             raise ValueError(
-                f"{shards_dir.parent} holds a distillation with other settings ({changes}). Use another "
+                f"{shards_dir.parent} holds a distillation with other settings{reason} ({changes}). Use another "
                 "`output_dir`, or `--overwrite_output_dir` to discard it."
             )
+        if settings.keys() - previous.keys():
+            write_json_atomic(path, {**previous, **settings})
         return
     write_json_atomic(path, settings)
+
+
+def weights_digest(model: torch.nn.Module) -> str:
+    """SHA-256 of a model's parameters and buffers (names, dtypes, shapes and bytes): identifies the weights
+    whatever path they were loaded from."""
+    digest = hashlib.sha256()
+    for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
+        data = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}:{data.dtype}:{tuple(data.shape)}".encode())
+        digest.update(data.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
 
 
 def _sources_digest(dataset: datasets.Dataset) -> str:

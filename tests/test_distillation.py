@@ -16,7 +16,14 @@ from transformers import PreTrainedTokenizerFast
 
 from specdec_hf.data import DataArguments, load_text_pairs
 from specdec_hf.data.padding import trim_at_eos
-from specdec_hf.distillation import CONFIG_NAME, DistillationSettings, distill, load_distilled_dataset, main
+from specdec_hf.distillation import (
+    CONFIG_NAME,
+    DistillationSettings,
+    distill,
+    load_distilled_dataset,
+    main,
+    weights_digest,
+)
 
 FIXTURE = Path(__file__).parent / "fixtures" / "mt_fixture.jsonl"
 MAX_NEW_TOKENS = 8
@@ -144,6 +151,31 @@ def test_bad_input_and_output_dir_of_another_run_are_refused(tmp_path, verifier,
         verifier, tokenizer, dataset.select(range(10, 18)), output_dir, overwrite_output_dir=True
     )
     assert list(overwritten["source"]) == list(dataset["source"])[10:18]
+
+
+def test_resuming_after_other_weights_were_saved_to_the_verifier_path_is_refused(tmp_path, tokenizer, dataset):
+    """The shards are keyed by the verifier's weights, not its path (the name_or_path stays the same)."""
+    first, second = build_verifier("bart"), build_verifier("bart", seed=1)
+    for model in (first, second):
+        model.name_or_path = str(tmp_path / "verifier")
+    output_dir = tmp_path / "out"
+    assert run_distill(first, tokenizer, dataset, output_dir, max_shards=1) is None
+    with pytest.raises(ValueError, match="the verifier's weights changed.*--overwrite_output_dir"):
+        run_distill(second, tokenizer, dataset, output_dir)
+    assert run_distill(first, tokenizer, dataset, output_dir).num_rows == dataset.num_rows
+
+
+def test_shards_of_a_run_without_a_weights_digest_are_kept_and_the_digest_recorded(
+    tmp_path, verifier, tokenizer, dataset
+):
+    output_dir = tmp_path / "out"
+    assert run_distill(verifier, tokenizer, dataset, output_dir, max_shards=1) is None
+    settings_path = output_dir / "shards" / "settings.json"
+    settings = json.loads(settings_path.read_text())
+    del settings["verifier_sha256"]  # as written before the digest existed
+    settings_path.write_text(json.dumps(settings))
+    assert run_distill(verifier, tokenizer, dataset, output_dir).num_rows == dataset.num_rows
+    assert json.loads(settings_path.read_text())["verifier_sha256"] == weights_digest(verifier)
 
 
 def test_command_line(tmp_path, verifier, tokenizer, data_args):

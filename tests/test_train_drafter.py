@@ -235,3 +235,45 @@ def test_continuing_a_drafter_of_another_vocabulary_layout_is_refused(workspace)
         ValueError, match="drafter_name_or_path has pad_token_id 2, the verifier 1.*relayout_spec_drafter"
     ):
         train_drafter.main(["--config", str(config), "--drafter_name_or_path", str(workspace / "other_layout")])
+
+
+def test_a_new_run_never_overwrites_an_earlier_one_or_the_verifier(workspace):
+    config = write_config(workspace, "kept", max_steps=4, checkpointing_steps=2)
+    train_drafter.main(["--config", str(config)])
+    output = workspace / "kept"
+    finished = (output / "model.safetensors").read_bytes()
+    # a shorter run into the same directory: refused, the finished drafter untouched
+    with pytest.raises(ValueError, match=r"holds an earlier run \(checkpoint-2, checkpoint-4.*--overwrite_output_dir"):
+        train_drafter.main(["--config", str(config), "--max_steps", "2"])
+    assert (output / "model.safetensors").read_bytes() == finished
+    # replaced on purpose: the earlier run's checkpoints go, so `latest` is the new run's
+    train_drafter.main(["--config", str(config), "--max_steps", "2", "--overwrite_output_dir"])
+    assert sorted(path.name for path in output.glob("checkpoint-*")) == ["checkpoint-2"]
+    assert json.loads((output / "eval_results.json").read_text())["step"] == 2
+    # the verifier's own directory (or one holding it) is never an output_dir
+    verifier_files = {path.name: path.read_bytes() for path in (workspace / "verifier").iterdir() if path.is_file()}
+    for target in (workspace / "verifier", workspace):
+        with pytest.raises(ValueError, match="is \\(or holds\\) the verifier"):
+            train_drafter.main(["--config", str(config), "--output_dir", str(target), "--overwrite_output_dir"])
+    assert {p.name: p.read_bytes() for p in (workspace / "verifier").iterdir() if p.is_file()} == verifier_files
+
+
+def test_a_resume_that_would_change_the_data_order_or_lacks_a_file_stops(workspace):
+    config = write_config(workspace, "order", max_steps=2, checkpointing_steps=1)
+    train_drafter.main(["--config", str(config)])
+    resume = ["--config", str(config), "--max_steps", "3", "--resume_from_checkpoint", "latest"]
+    with pytest.raises(ValueError, match=r"per_device_train_batch_size: 16 -> 8.*another `output_dir`"):
+        train_drafter.main([*resume, "--per_device_train_batch_size", "8"])
+    checkpoint = workspace / "order" / "checkpoint-2"
+    (checkpoint / "random_states_0.pkl").rename(checkpoint / "moved.pkl")
+    previous = workspace / "order" / "checkpoint-1"
+    with pytest.raises(FileNotFoundError, match=rf"lacks random_states_0.pkl.*--resume_from_checkpoint {previous}"):
+        train_drafter.main(resume)
+    (checkpoint / "moved.pkl").rename(checkpoint / "random_states_0.pkl")
+    state_file = checkpoint / "training_state.json"
+    state_file.write_text('{"step": 2, "epo')  # cut short
+    with pytest.raises(ValueError, match=rf"{state_file} is damaged"):
+        train_drafter.main(resume)
+    state_file.write_text('{"step": 2}')
+    with pytest.raises(ValueError, match="lacks the integer field\\(s\\) epoch, batches_in_epoch, micro_step"):
+        train_drafter.main(resume)

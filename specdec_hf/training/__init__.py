@@ -3,6 +3,8 @@
 from .arguments import DrafterTrainingArguments
 from .block_examples import BlockExamples, choose_split_lengths, every_split_labels, sample_block_examples
 from .checkpointing import (
+    check_checkpoint_files,
+    check_data_order,
     find_latest_checkpoint,
     is_checkpoint_writer,
     load_checkpoint,
@@ -16,6 +18,7 @@ from .in_memory import distill_greedy_outputs, fit_drafter_in_memory
 from .length_grouping import LengthGroupedSampler
 from .loss import DrafterLossSettings, VerifierTeacherOutputs, drafter_training_loss, verifier_teacher_outputs
 from .model_card import drafter_card_data, write_model_card
+from .output_dir import earlier_run_files, prepare_output_dir
 from .vocabulary import frequent_token_ids, token_counts, token_coverage
 
 __all__ = [
@@ -25,10 +28,13 @@ __all__ = [
     "DrafterTrainingArguments",
     "LengthGroupedSampler",
     "VerifierTeacherOutputs",
+    "check_checkpoint_files",
+    "check_data_order",
     "choose_split_lengths",
     "drafter_training_loss",
     "distill_greedy_outputs",
     "drafter_card_data",
+    "earlier_run_files",
     "evaluate_drafter",
     "every_split_labels",
     "find_latest_checkpoint",
@@ -37,6 +43,7 @@ __all__ = [
     "fit_drafter_in_memory",
     "glancing_targets",
     "load_checkpoint",
+    "prepare_output_dir",
     "read_training_state",
     "sample_block_examples",
     "save_checkpoint_atomically",

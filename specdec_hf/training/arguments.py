@@ -106,6 +106,10 @@ class DrafterTrainingArguments:
     resume_from_checkpoint: str | None = field(
         default=None, metadata={"help": "A checkpoint directory, or 'latest' for the newest in output_dir."}
     )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={"help": "Replace an earlier run in output_dir (its checkpoints and drafter are removed first)."},
+    )
     eval_steps: int = field(default=1000, metadata={"help": "Evaluate tokens per iteration every N steps."})
     eval_samples: int = field(default=64, metadata={"help": "Held-out examples used by the periodic evaluation."})
     eval_batch_size: int = field(default=16, metadata={"help": "Batch size of the evaluation's generate() calls."})
