@@ -2,9 +2,11 @@
 
 A custom drafter's mistakes would otherwise surface deep inside torch ("index out of range in self", "probability
 tensor contains either inf, nan or element < 0"). What is host metadata (the type, dtypes, shapes) is checked at
-every call, for free. What needs the values (ids inside the vocabulary, scores that form a distribution) costs a host
-synchronisation, so it is checked on the drafter's first call only: the loop's per-iteration budget of host syncs
-stays as it is, and a drafter that gets these wrong does so from its first call.
+every call, for free. What needs the values (ids inside the vocabulary, scores that form a distribution) is checked
+at every call too, on the device: the first call reads the facts at once (one host synchronisation); later calls
+hand them to the loop, which reads them with the iteration's outcome (its one transfer) and raises the same error
+then, having fed the verifier only values made safe in between ([`make_safe`]): the loop's per-iteration budget of
+host syncs stays as it is, and a fault that appears late is still an error that names the drafter.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import torch
 
 from ..drafting import DraftProposal
 
-__all__ = ["check_proposal"]
+__all__ = ["check_proposal", "make_safe", "raise_for_value_facts"]
 
 
 def check_proposal(
@@ -25,7 +27,7 @@ def check_proposal(
     first_call: bool,
     do_sample: bool,
     confidence_threshold: float | None,
-) -> None:
+) -> torch.LongTensor | None:
     """Check what `drafter.propose` returned for `rows` active rows and k = `num_draft_tokens`.
 
     `draft_logits` are checked only where the loop reads them: when sampling (their shape at every call), and for
@@ -36,9 +38,14 @@ def check_proposal(
         proposal (`DraftProposal`): What `propose` returned.
         drafter: The drafter, named in the errors.
         vocab_size (`int`): The verifier's vocabulary size.
-        first_call (`bool`): Whether this is the drafter's first call of the `generate()` call: only then are the
-            values checked (one host synchronisation).
+        first_call (`bool`): Whether this is the drafter's first call of the `generate()` call: its values are then
+            checked at once (one host synchronisation).
         do_sample (`bool`), confidence_threshold (`float`, *optional*): What the loop reads of the proposal.
+
+    Returns:
+        After the first call, the values' facts on the device (`(4,)`: the smallest and largest id, whether sampling
+        scores hold NaN, whether a position's are all `-inf`), for [`raise_for_value_facts`] once the loop reads
+        them; `None` on the first call.
 
     Raises:
         ValueError: naming the drafter, what it returned and what it should return.
@@ -60,8 +67,11 @@ def check_proposal(
         _check_confidence_shape(proposal.draft_confidence, name, rows, num_draft_tokens)
     if proposal.num_drafts is not None:
         _check_num_drafts(proposal.num_drafts, name, rows)
-    if first_call:
-        _check_values(draft_ids[:, :num_draft_tokens], draft_logits if do_sample else None, name, vocab_size)
+    facts = _value_facts(draft_ids[:, :num_draft_tokens], draft_logits if do_sample else None)
+    if not first_call:
+        return facts
+    raise_for_value_facts(facts.tolist(), drafter, vocab_size)
+    return None
 
 
 def _check_num_drafts(num_drafts, name: str, rows: int) -> None:
@@ -118,16 +128,35 @@ def _check_confidence_shape(confidence, name: str, rows: int, num_draft_tokens: 
         )
 
 
-def _check_values(
-    draft_ids: torch.LongTensor, draft_logits: torch.FloatTensor | None, name: str, vocab_size: int
-) -> None:
-    """Ids inside the vocabulary and, when sampling reads them, scores that make a distribution at every position;
-    all read back in one host synchronisation."""
+def _value_facts(draft_ids: torch.LongTensor, draft_logits: torch.FloatTensor | None) -> torch.LongTensor:
+    """`(4,)` on the device: the smallest and largest id, and, when sampling reads the scores, whether they hold NaN
+    and whether some position's are `-inf` over the whole vocabulary (0 otherwise)."""
     facts = [draft_ids.min().long(), draft_ids.max().long()]
     if draft_logits is not None:
         logits = draft_logits[:, : draft_ids.shape[1]].to(draft_ids.device)
         facts += [logits.isnan().any().long(), (logits == float("-inf")).all(dim=-1).any().long()]
-    low, high, *scores = torch.stack(facts).tolist()
+    else:
+        facts += [torch.zeros((), dtype=torch.long, device=draft_ids.device)] * 2
+    return torch.stack(facts)
+
+
+def make_safe(
+    draft_ids: torch.LongTensor, draft_logits: torch.FloatTensor | None, vocab_size: int
+) -> tuple[torch.LongTensor, torch.FloatTensor | None]:
+    """Ids clamped into the vocabulary and sampling scores without NaN or all-`-inf` positions: what the verifier
+    and the sampler may read of a proposal whose facts are not read yet (an error follows if they were wrong)."""
+    draft_ids = draft_ids.clamp(0, vocab_size - 1)
+    if draft_logits is not None:
+        draft_logits = torch.nan_to_num(draft_logits, nan=0.0)
+        no_distribution = (draft_logits == float("-inf")).all(dim=-1, keepdim=True)
+        draft_logits = torch.where(no_distribution, 0.0, draft_logits)
+    return draft_ids, draft_logits
+
+
+def raise_for_value_facts(facts: list[int], drafter, vocab_size: int) -> None:
+    """Raise the error a proposal's facts (as read on the host) call for, naming `drafter`; nothing when sound."""
+    name = f"`drafter` ({type(drafter).__name__})"
+    low, high, *scores = facts
     if low < 0 or high >= vocab_size:
         raise ValueError(
             f"{name} returned draft_ids from {low} to {high}, outside the verifier's vocabulary [0, {vocab_size}): "

@@ -47,7 +47,7 @@ from ..drafting import Drafter
 from .aligned_rows import stop_aligned
 from .draft_length import DraftLengthSchedule, time_forward
 from .processor_gating import apply_to_every_position, is_position_independent, processors_acting_on
-from .proposal_checks import check_proposal
+from .proposal_checks import check_proposal, make_safe, raise_for_value_facts
 from .stats import SpeculativeDecodingStats
 from .verifier_mask import CausalMaskTable
 
@@ -221,7 +221,9 @@ def run_speculative_loop(
                 len(rows.active), k, _verify_timer(verifier, context, cache, cache_length, batch, config, causal_masks)
             )
         # 1. Draft
-        drafts, proposal_q, verify_counts = draft(drafter, context, batch, k, logits_processor, config, stats)
+        drafts, proposal_q, verify_counts, value_facts = draft(
+            drafter, context, batch, k, logits_processor, config, stats
+        )
         if any(done_list):  # aligned rows: a finished row is fed pad, as greedy feeds it
             drafts = torch.where(done.unsqueeze(1), config.pad_token_id, drafts)
         # 2. Verify
@@ -244,7 +246,11 @@ def run_speculative_loop(
         # them, release finished rows, crop the verifier's cache
         commit(rows, batch.lengths, new_tokens, num_new, config.pad_token_id)
         streamed = new_tokens[0] if streamer is not None else None
-        outcome = _read_outcome(num_new, finished, torch.minimum(num_accepted, num_new), budgets, streamed)
+        outcome = _read_outcome(
+            num_new, finished, torch.minimum(num_accepted, num_new), budgets, streamed, value_facts
+        )
+        if outcome.value_facts is not None:
+            raise_for_value_facts(outcome.value_facts, drafter, config.vocab_size)
         if streamer is not None:
             # a host tensor, as generate() hands its streamers, built from the tokens the transfer brought over
             streamer.put(torch.tensor(outcome.streamed[: outcome.num_new[0]]))
@@ -370,7 +376,7 @@ def draft(
     logits_processor: LogitsProcessorList,
     config: SpeculativeLoopConfig,
     stats: SpeculativeDecodingStats,
-) -> tuple[torch.LongTensor, torch.FloatTensor | None, torch.LongTensor | None]:
+) -> tuple[torch.LongTensor, torch.FloatTensor | None, torch.LongTensor | None, torch.LongTensor | None]:
     """Stage 1: the drafts of every active row (updates `context.drafter_state` and the drafter counters).
 
     Args:
@@ -379,17 +385,18 @@ def draft(
 
     Returns:
         `drafts` `(rows, k')` with k' ≤ k (fewer when the drafter's `num_drafts` or confidence truncation cut every
-        row shorter), `proposal_q` `(rows, k', vocab_size)` when sampling (else `None`), and `verify_counts`
-        `(rows,)`, the drafts each row verifies when either cut them (else `None`).
+        row shorter), `proposal_q` `(rows, k', vocab_size)` when sampling (else `None`), `verify_counts`
+        `(rows,)`, the drafts each row verifies when either cut them (else `None`), and the proposal's value facts
+        for `raise_for_value_facts` once read (`None` on the drafter's first call, checked at once, and at k = 0).
     """
     committed, longest = batch.committed, batch.longest
     if k == 0:
-        return committed.new_empty((committed.shape[0], 0)), None, None
+        return committed.new_empty((committed.shape[0], 0)), None, None, None
     verifier_states = context.verifier_states
     if verifier_states is not None:
         verifier_states = verifier_states[:, :longest]
     proposal = drafter.propose(context.drafter_state, committed[:, :longest], batch.lengths, k, verifier_states)
-    check_proposal(
+    value_facts = check_proposal(
         proposal,
         drafter,
         committed.shape[0],
@@ -401,13 +408,14 @@ def draft(
     )
     context.drafter_state = proposal.state
     drafts = proposal.draft_ids[:, :k].to(committed.device)
+    draft_logits = proposal.draft_logits if config.do_sample else None
+    if value_facts is not None:  # not read yet: only safe values reach the verifier and the sampler meanwhile
+        drafts, draft_logits = make_safe(drafts, draft_logits, config.vocab_size)
     stats.drafter_calls += 1
     stats.proposed_tokens += k * committed.shape[0]
     proposal_q = None
     if config.do_sample:
-        drafts, proposal_q = sample_proposal(
-            proposal.draft_logits, drafts, committed, logits_processor, config.vocab_size
-        )
+        drafts, proposal_q = sample_proposal(draft_logits, drafts, committed, logits_processor, config.vocab_size)
     verify_counts = None
     if proposal.num_drafts is not None:
         verify_counts = proposal.num_drafts.to(committed.device).clamp(0, k)
@@ -418,10 +426,10 @@ def draft(
         confident = confident_draft_counts(confidence[:, :k].to(committed.device), config.confidence_threshold)
         verify_counts = confident if verify_counts is None else torch.minimum(verify_counts, confident)
     if verify_counts is None:
-        return drafts, proposal_q, None
+        return drafts, proposal_q, None, value_facts
     # verify only as far as the row that verifies the most needs; the others stop at their own count
     k = int(verify_counts.max())
-    return drafts[:, :k], None if proposal_q is None else proposal_q[:, :k], verify_counts
+    return drafts[:, :k], None if proposal_q is None else proposal_q[:, :k], verify_counts, value_facts
 
 
 def confident_draft_counts(confidence: torch.FloatTensor, threshold: float) -> torch.LongTensor:
@@ -683,13 +691,15 @@ def commit(
 
 class Outcome(NamedTuple):
     """What an iteration's one device-to-host transfer brings over, per active row: the tokens appended, whether
-    the row finished, the drafts it accepted and the drafts it verified (and row 0's new tokens, for a streamer)."""
+    the row finished, the drafts it accepted and the drafts it verified (and row 0's new tokens, for a streamer, and
+    the drafter's value facts, when still to be checked)."""
 
     num_new: list[int]
     finished: list[bool]
     accepted: list[int]
     drafted: list[int]
     streamed: list[int] | None
+    value_facts: list[int] | None = None
 
 
 def _read_outcome(
@@ -698,20 +708,25 @@ def _read_outcome(
     accepted: torch.LongTensor,
     drafted: torch.LongTensor,
     streamed: torch.LongTensor | None,
+    value_facts: torch.LongTensor | None = None,
 ) -> Outcome:
     """The iteration's outcome on the host, in one transfer (each read of a device value waits for the device;
-    the statistics ride along with what the loop must read anyway)."""
+    the statistics and the drafter's value facts ride along with what the loop must read anyway)."""
     rows = num_new.shape[0]
     parts = [num_new, finished.long(), accepted, drafted]
     if streamed is not None:
         parts.append(streamed)
+    if value_facts is not None:
+        parts.append(value_facts)
     values = torch.cat(parts).tolist()
+    facts_start = len(values) - (0 if value_facts is None else value_facts.shape[0])
     return Outcome(
         num_new=values[:rows],
         finished=[bool(done) for done in values[rows : 2 * rows]],
         accepted=values[2 * rows : 3 * rows],
         drafted=values[3 * rows : 4 * rows],
-        streamed=values[4 * rows :] if streamed is not None else None,
+        streamed=values[4 * rows : facts_start] if streamed is not None else None,
+        value_facts=values[facts_start:] if value_facts is not None else None,
     )
 
 

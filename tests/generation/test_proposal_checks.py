@@ -1,8 +1,8 @@
 """A custom drafter's faulty proposal is refused with an error naming the drafter, not a torch error deep inside.
 
 Ids outside the vocabulary or of a float dtype, `propose` returning something other than a `DraftProposal`, and
-`draft_logits` that sampling or confidence truncation cannot use; values are checked on the drafter's first call
-only (each such check is a host synchronisation).
+`draft_logits` that sampling or confidence truncation cannot use; values are checked at every call, at once on the
+drafter's first call and with the iteration's outcome later (no host synchronisation of their own).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from conftest import VOCAB_SIZE, build_verifier, make_source_batch
 from oracle_drafters import OracleDrafter
 
 from specdec_hf import DraftProposal, speculative_generate
-from specdec_hf.generation.proposal_checks import check_proposal
+from specdec_hf.generation.proposal_checks import check_proposal, make_safe
 
 GREEDY = dict(do_sample=False, max_new_tokens=12)
 
@@ -22,14 +22,19 @@ GREEDY = dict(do_sample=False, max_new_tokens=12)
 class FaultyDrafter(OracleDrafter):
     """An oracle whose proposals are spoilt in one way."""
 
-    def __init__(self, reference, fault: str, vocab_size=VOCAB_SIZE):
+    def __init__(self, reference, fault: str, vocab_size=VOCAB_SIZE, from_call: int = 1):
         super().__init__(reference, VOCAB_SIZE, 4, "half")
         self.fault = fault
         self.vocab_size = vocab_size
+        self.from_call = from_call  # the first call (1, 2, ...) that is spoilt
+        self.calls = 0
 
     def propose(self, state, prefix_ids, prefix_lengths, num_draft_tokens, verifier_states=None):
         proposal = super().propose(state, prefix_ids, prefix_lengths, num_draft_tokens)
         ids, logits = proposal.draft_ids, proposal.draft_logits
+        self.calls += 1
+        if self.calls < self.from_call:
+            return proposal
         if self.fault == "none":
             return None
         if self.fault == "ids_at_vocab":
@@ -81,6 +86,26 @@ def test_faulty_proposals_name_the_drafter(bart, inputs, fault, kwargs, match):
     assert "`drafter` (FaultyDrafter)" in str(error.value)
 
 
+@pytest.mark.parametrize(
+    "fault, kwargs, match",
+    [
+        ("ids_at_vocab", {}, r"draft_ids from 99 to 99, outside the verifier's vocabulary \[0, 99\)"),
+        ("ids_negative", {}, r"draft_ids from -1 to -1, outside the verifier's vocabulary"),
+        ("ids_negative", {"do_sample": True}, r"draft_ids from -1 to -1"),
+        ("ids_negative", {"num_draft_tokens": "auto"}, r"draft_ids from -1 to -1"),
+        ("logits_nan", {"do_sample": True}, r"draft_logits containing NaN"),
+        ("logits_minus_inf", {"do_sample": True}, r"draft_logits that are `-inf` over the whole vocabulary"),
+        ("logits_width", {"do_sample": True}, r"draft_logits of shape \(2, 4, 96\); expected \(2, 4, 99\)"),
+    ],
+)
+def test_a_fault_that_appears_after_the_first_call_is_the_same_clear_error(bart, inputs, fault, kwargs, match):
+    """Values are checked at every call: a late fault is refused as the first call's would be, not left to torch."""
+    drafter = FaultyDrafter(bart.generate(**inputs, **{**GREEDY, "max_new_tokens": 24}), fault, from_call=3)
+    with pytest.raises(ValueError, match=match) as error:
+        _speculative(bart, inputs, drafter, max_new_tokens=24, **kwargs)
+    assert "`drafter` (FaultyDrafter)" in str(error.value) and drafter.calls >= 3
+
+
 def test_logits_that_are_never_read_are_not_checked(bart, inputs):
     """Greedy verification without a confidence threshold never reads `draft_logits`: their width does not matter."""
     reference = bart.generate(**inputs, **GREEDY)
@@ -95,10 +120,21 @@ def test_integer_sizes_of_other_types_are_accepted(bart, inputs, vocab_size):
     assert torch.equal(_speculative(bart, inputs, drafter), reference)
 
 
-def test_values_are_read_on_the_first_call_only():
-    """Later calls check only what costs no host synchronisation (type, dtype, shapes)."""
+def test_values_are_read_at_once_on_the_first_call_and_handed_on_later():
+    """Later calls return the facts (on the device) for the loop to read with the iteration's outcome."""
     proposal = DraftProposal(draft_ids=torch.full((2, 4), VOCAB_SIZE), draft_logits=None, state=None)
     arguments = dict(drafter=object(), rows=2, num_draft_tokens=4, vocab_size=VOCAB_SIZE, do_sample=False)
-    check_proposal(proposal, first_call=False, confidence_threshold=None, **arguments)
+    facts = check_proposal(proposal, first_call=False, confidence_threshold=None, **arguments)
+    assert facts.tolist() == [VOCAB_SIZE, VOCAB_SIZE, 0, 0]
     with pytest.raises(ValueError, match="outside the verifier's vocabulary"):
         check_proposal(proposal, first_call=True, confidence_threshold=None, **arguments)
+
+
+def test_unread_values_are_made_safe_for_the_verifier_and_the_sampler():
+    ids = torch.tensor([[-1, 5, VOCAB_SIZE]])
+    logits = torch.zeros(1, 3, VOCAB_SIZE)
+    logits[0, 0] = float("nan")
+    logits[0, 1] = float("-inf")
+    safe_ids, safe_logits = make_safe(ids, logits, VOCAB_SIZE)
+    assert safe_ids.tolist() == [[0, 5, VOCAB_SIZE - 1]]
+    assert torch.isfinite(safe_logits).all()
