@@ -5,9 +5,12 @@ encoder-decoder that reads the source and the accepted prefix followed by k mask
 in parallel (k: `num_draft_tokens`, at most `max_draft_tokens`).
 """
 
+import types
+import typing
 from typing import Any
 
 from transformers import PretrainedConfig
+from transformers.activations import ACT2FN
 
 PREFIX_ATTENTION_TYPES = ("bidirectional", "causal")
 POSITION_EMBEDDING_TYPES = ("learned", "sinusoidal")
@@ -32,6 +35,32 @@ def rename_legacy_fields(fields: dict[str, Any]) -> dict[str, Any]:
                 raise ValueError(f"`{old}` is the old name of `{new}`: give only `{new}`.")
             renamed[new] = renamed.pop(old)
     return renamed
+
+
+def _matches(value, annotation) -> bool:
+    """Whether `value` is of the field type `annotation` (`int`, `float | int`, `list[int] | None`, ...); a bool is
+    no number, an int is a float."""
+    if annotation is Any:
+        return True
+    if annotation is None or annotation is type(None):
+        return value is None
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, member) for member in typing.get_args(annotation))
+    if origin is list:
+        (item,) = typing.get_args(annotation)
+        return isinstance(value, (list, tuple)) and all(_matches(element, item) for element in value)
+    if origin is dict:
+        return isinstance(value, dict)
+    if annotation is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, annotation)
+
+
+def _describe(annotation) -> str:
+    return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
 
 
 class SpecDrafterConfig(PretrainedConfig):
@@ -196,6 +225,20 @@ class SpecDrafterConfig(PretrainedConfig):
                         f"{new}={current!r})."
                     )
                 setattr(self, new, value)
+        # a field of the wrong type (`"max_draft_tokens": "4"` in a hand-edited config.json) is named here, before it
+        # meets a comparison or a tensor shape
+        for name, annotation in type(self).__annotations__.items():
+            value = getattr(self, name, None)
+            if not _matches(value, annotation):
+                raise ValueError(
+                    f"`{name}` must be of type {_describe(annotation)}, got {value!r} ({type(value).__name__}); fix "
+                    "it in the drafter's config.json (or the `drafter_config` given)."
+                )
+        if self.activation_function not in ACT2FN:
+            raise ValueError(
+                f"`activation_function` must be one of transformers' activations ({', '.join(sorted(ACT2FN))}), got "
+                f"{self.activation_function!r}."
+            )
         if self.verifier_state_layers is not None:
             self.verifier_state_layers = [int(index) for index in self.verifier_state_layers]
             if not self.verifier_state_layers:
