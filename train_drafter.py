@@ -56,13 +56,13 @@ logger = get_logger(__name__)
 
 
 def get_dataloaders(
-    args: DrafterTrainingArguments, pad_token_id: int
+    args: DrafterTrainingArguments, pad_token_id: int, vocab_size: int
 ) -> tuple[DataLoader, list[dict], datasets.Dataset]:
     """The training DataLoader (shuffled with `args.seed`), the held-out examples of the periodic evaluation, and the
-    training rows themselves."""
-    train = load_distilled_dataset(args.train_data).select_columns(["input_ids", "target_ids"])
+    training rows themselves (every id checked against the verifier's `vocab_size`)."""
+    train = load_distilled_dataset(args.train_data, vocab_size).select_columns(["input_ids", "target_ids"])
     if args.eval_data:
-        held_out = load_distilled_dataset(args.eval_data).select_columns(["input_ids", "target_ids"])
+        held_out = load_distilled_dataset(args.eval_data, vocab_size).select_columns(["input_ids", "target_ids"])
         held_out = held_out.select(range(min(args.eval_samples, len(held_out))))
     else:
         if len(train) <= args.eval_samples:
@@ -194,7 +194,9 @@ def training_function(args: DrafterTrainingArguments) -> dict:
     verifier.generation_config.max_length = None
     pad = verifier.config.pad_token_id
     with accelerator.main_process_first():
-        train_loader, eval_examples, train_rows = get_dataloaders(args, pad)
+        train_loader, eval_examples, train_rows = get_dataloaders(
+            args, pad, verifier.config.get_text_config(decoder=True).vocab_size
+        )
     drafter = build_drafter(args, verifier, train_rows)
     loss_settings = args.loss_settings()
     if loss_settings.split_points == "all" and drafter.config.prefix_attention != "causal":

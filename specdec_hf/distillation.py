@@ -38,6 +38,7 @@ from typing import Any
 
 import datasets
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import torch
 import transformers
@@ -254,12 +255,13 @@ def distill(
     return load_distilled_dataset(output_dir)
 
 
-def load_distilled_dataset(path: str | os.PathLike) -> datasets.Dataset:
+def load_distilled_dataset(path: str | os.PathLike, vocab_size: int | None = None) -> datasets.Dataset:
     """
     Loads the dataset a finished `distill` run wrote (memory-mapped), for drafter training.
 
     Args:
         path (`str` or `os.PathLike`): The run's `output_dir`.
+        vocab_size (`int`, *optional*): The verifier's vocabulary size: every id must lie in `[0, vocab_size)`.
 
     Returns:
         `datasets.Dataset` with columns `input_ids` and `target_ids` (`list[int]`; `target_ids` from the decoder
@@ -267,7 +269,8 @@ def load_distilled_dataset(path: str | os.PathLike) -> datasets.Dataset:
 
     Raises:
         `FileNotFoundError`: `path` is missing or holds an unfinished run (the message says how to finish it).
-        `ValueError`: the dataset lacks `input_ids` or `target_ids`.
+        `ValueError`: the dataset lacks `input_ids` or `target_ids`, holds them as anything but lists of integers,
+            has no rows, or (with `vocab_size`) holds ids outside the vocabulary.
         `OSError`: a file of the dataset cannot be read (the message names the directory).
     """
     path = Path(path)
@@ -277,6 +280,11 @@ def load_distilled_dataset(path: str | os.PathLike) -> datasets.Dataset:
             f"{str(path)!r} {state}: run (or rerun, to resume) `python -m specdec_hf.distillation --verifier <verifier> "
             f"--dataset_name <data> --output_dir {path}`"
         )
+    fix = "rerun the distillation with `--overwrite_output_dir`"
+    state = path / "state.json"
+    if state.is_file() and json.loads(state.read_text(encoding="utf-8")).get("_data_files") == []:
+        # a dataset of no rows is saved without data files, which `load_from_disk` fails on with an IndexError
+        raise ValueError(f"{str(path)!r} holds no rows: nothing to train on; {fix} on a split with data.")
     try:
         dataset = datasets.load_from_disk(str(path))
     except (OSError, pa.ArrowException) as err:  # a truncated `data-*.arrow` file: Arrow names no file
@@ -287,6 +295,27 @@ def load_distilled_dataset(path: str | os.PathLike) -> datasets.Dataset:
     missing = [column for column in ("input_ids", "target_ids") if column not in dataset.column_names]
     if missing:
         raise ValueError(f"{str(path)!r} lacks column(s) {missing} (columns: {dataset.column_names})")
+    for column in ("input_ids", "target_ids"):
+        arrow_type = dataset.data.schema.field(column).type
+        if not (pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type)) or not pa.types.is_integer(
+            arrow_type.value_type
+        ):
+            raise ValueError(
+                f"{str(path)!r}: column `{column}` holds {arrow_type}, not lists of token ids (integers): it was not "
+                f"written by `specdec_hf.distillation`; {fix}."
+            )
+    if dataset.num_rows == 0:
+        raise ValueError(f"{str(path)!r} holds no rows: nothing to train on; {fix} on a split with data.")
+    if vocab_size is not None:
+        for column in ("input_ids", "target_ids"):
+            ids = pc.list_flatten(dataset.data.column(column))
+            low, high = pc.min(ids).as_py(), pc.max(ids).as_py()
+            if low is not None and (low < 0 or high >= vocab_size):
+                raise ValueError(
+                    f"{str(path)!r}: column `{column}` holds ids from {low} to {high}, outside the verifier's "
+                    f"vocabulary [0, {vocab_size}): it was distilled with another verifier or tokenizer; {fix} and "
+                    "this verifier."
+                )
     return dataset
 
 
@@ -346,7 +375,11 @@ def _is_done(path: Path, tokenized: datasets.Dataset, index: int, shard_size: in
     """True when shard `index` exists and holds exactly this data's sources for that slice."""
     if not path.is_file():
         return False
-    written = pq.read_table(path, columns=["source"]).column("source").to_pylist()
+    try:
+        written = pq.read_table(path, columns=["source"]).column("source").to_pylist()
+    except (OSError, pa.ArrowException) as err:  # damaged (pyarrow: "Parquet magic bytes not found"): decode again
+        logger.warning("%s cannot be read (%s): decoding its shard again", path, err)
+        return False
     expected = tokenized[index * shard_size : (index + 1) * shard_size]["source"]
     if written == expected:
         return True

@@ -209,3 +209,42 @@ def test_damaged_distilled_dataset_names_its_directory(tmp_path):
     arrow_file.write_bytes(arrow_file.read_bytes()[: arrow_file.stat().st_size // 2])
     with pytest.raises(OSError, match=rf"distilled dataset in '{output_dir}' cannot be read .*--overwrite_output_dir"):
         load_distilled_dataset(output_dir)
+
+
+def _saved(tmp_path, columns: dict) -> Path:
+    output_dir = tmp_path / "distilled"
+    datasets.Dataset.from_dict(columns).save_to_disk(str(output_dir))
+    (output_dir / CONFIG_NAME).write_text("{}")
+    return output_dir
+
+
+@pytest.mark.parametrize(
+    "columns, vocab_size, match",
+    [
+        ({"input_ids": [], "target_ids": []}, None, "holds no rows: nothing to train on"),
+        ({"input_ids": ["5 6 2"], "target_ids": [[2, 7, 2]]}, None, "column `input_ids` holds string, not lists"),
+        ({"input_ids": [[5, 6, 2]], "target_ids": [[2.0, 7.5]]}, None, "column `target_ids` holds list<item: double>"),
+        ({"input_ids": [[5, 6, 2]], "target_ids": [[2, 120, 2]]}, 99, r"ids from 2 to 120, outside .*\[0, 99\)"),
+        ({"input_ids": [[-1, 6, 2]], "target_ids": [[2, 7, 2]]}, 99, r"`input_ids` holds ids from -1 to 6"),
+    ],
+)
+def test_distilled_data_that_cannot_train_is_named(tmp_path, columns, vocab_size, match):
+    if not columns["input_ids"]:  # an empty dataset still needs the columns' types
+        features = datasets.Features({name: datasets.Sequence(datasets.Value("int64")) for name in columns})
+        output_dir = tmp_path / "distilled"
+        datasets.Dataset.from_dict(columns, features=features).save_to_disk(str(output_dir))
+        (output_dir / CONFIG_NAME).write_text("{}")
+    else:
+        output_dir = _saved(tmp_path, columns)
+    with pytest.raises(ValueError, match=match):
+        load_distilled_dataset(output_dir, vocab_size)
+
+
+def test_a_damaged_shard_is_decoded_again(tmp_path, verifier, tokenizer, dataset):
+    """pyarrow alone said "Parquet magic bytes not found in footer": the shard is derived data, so it is redone."""
+    output_dir = tmp_path / "out"
+    reference = run_distill(verifier, tokenizer, dataset, tmp_path / "reference")
+    assert run_distill(verifier, tokenizer, dataset, output_dir, max_shards=2) is None
+    shard = output_dir / "shards" / "shard-00001.parquet"
+    shard.write_bytes(shard.read_bytes()[:100])
+    assert run_distill(verifier, tokenizer, dataset, output_dir).to_list() == reference.to_list()
