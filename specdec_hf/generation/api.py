@@ -35,6 +35,7 @@ from .draft_length import AUTO, DraftLengthSchedule
 from .outputs import SpeculativeGenerateOutput
 from .spec_drafter_adapter import SpecDrafterAdapter, as_drafter
 from .speculative_loop import SpeculativeLoopConfig, run_speculative_loop
+from .stats import SpeculativeDecodingStats
 from .wrapping_drafter import WrappingDrafter
 
 __all__ = ["enable_speculative_decoding", "speculative_generate"]
@@ -152,6 +153,19 @@ def speculative_generate(
     if source_ids is None:
         _check_drafter_reads_no_source(drafter, inputs_tensor)
     stopping_criteria = _with_stop_strings(stopping_criteria, stop_strings, stop_strings_tokenizer)
+    schedule = None
+    if adaptive:
+        schedule = DraftLengthSchedule(
+            model,
+            _acceptance_key(user_drafter),
+            num_draft_tokens,
+            _rule_key(beta, tau, generation_config),
+            input_ids.device,
+        )
+        if not schedule.drafts_this_call(input_ids.shape[0]):
+            return _plain_decoding(
+                model, input_ids, logits_processor, stopping_criteria, generation_config, token_streamer, model_kwargs
+            )
     drafter_state = drafter.init_drafting_state(
         input_ids=source_ids, attention_mask=attention_mask, encoder_hidden_states=encoder_outputs.last_hidden_state
     )
@@ -168,15 +182,6 @@ def speculative_generate(
         draft_confidence_threshold,
         input_ids.device,
     )
-    schedule = None
-    if adaptive:
-        schedule = DraftLengthSchedule(
-            model,
-            _acceptance_key(user_drafter),
-            num_draft_tokens,
-            _rule_key(beta, tau, generation_config),
-            input_ids.device,
-        )
     result = run_speculative_loop(
         model,
         drafter,
@@ -203,6 +208,51 @@ def speculative_generate(
         cache=None,
         speculative_stats=result.stats,
     )
+
+
+def _plain_decoding(
+    model,
+    input_ids: torch.LongTensor,
+    logits_processor: LogitsProcessorList,
+    stopping_criteria: StoppingCriteriaList,
+    generation_config: GenerationConfig,
+    streamer,
+    model_kwargs: dict[str, Any],
+) -> torch.LongTensor | SpeculativeGenerateOutput:
+    """The call decoded by transformers' own greedy / sampling loop (`GenerationMixin._sample`, what `generate()`
+    runs without a drafter), with what `generate()` prepared; the output in this method's form, its statistics
+    counting one verifier pass per token and no drafts."""
+    output = type(model)._sample(
+        model,
+        input_ids,
+        logits_processor=logits_processor,
+        stopping_criteria=stopping_criteria,
+        generation_config=generation_config,
+        synced_gpus=False,
+        streamer=streamer,
+        **model_kwargs,
+    )
+    if not generation_config.return_dict_in_generate:
+        return output
+    sequences = output.sequences
+    stats = SpeculativeDecodingStats.for_batch(sequences.shape[0], 0)
+    generated = sequences[:, input_ids.shape[1] :]
+    steps = generated.shape[1]
+    # a row's tokens run up to its end; the padding greedy appends after it is not generated
+    for row, length in enumerate(_generated_lengths(generated, generation_config)):
+        stats.iterations[row] = stats.generated_tokens[row] = length
+    stats.verifier_calls = steps
+    return SpeculativeGenerateOutput(**{**output, "speculative_stats": stats})
+
+
+def _generated_lengths(generated: torch.LongTensor, generation_config: GenerationConfig) -> list[int]:
+    """Per row, the tokens up to and including its first EOS (all of them when it has none)."""
+    eos = generation_config._eos_token_tensor
+    if eos is None or generated.shape[1] == 0:
+        return [generated.shape[1]] * generated.shape[0]
+    is_eos = torch.isin(generated, eos.to(generated.device).flatten())
+    ends = torch.where(is_eos.any(dim=1), is_eos.float().argmax(dim=1) + 1, generated.shape[1])
+    return ends.tolist()
 
 
 def _acceptance_key(drafter):

@@ -16,7 +16,14 @@ cost(k)``; k = 0 costs a verifier step without a drafter call. While k = 0 wins,
 the best k ≥ 1, with growing intervals, so that a drafter whose drafts start to pay is found again. The choice is a
 pure function of the cost table and the acceptance counts ([`choose_draft_length`]), so it is deterministic for
 given measurements; it never looks at the drafts being verified, so β=1 stays exactly greedy and speculative
-sampling keeps its distribution whatever k is chosen. Since the measurements are the machine's, the sequence of k
+sampling keeps its distribution whatever k is chosen.
+
+A whole call can skip the loop ([`DraftLengthSchedule.drafts_this_call`]): when even the best k is expected to give
+fewer tokens per second than a plain decoding step (the verifier's forward alone, with none of the loop's costs
+around it), the call decodes with transformers' own greedy/sampling loop, exactly as `generate()` without a drafter
+would, and skips the drafter's set-up too. Such calls are probed with drafting now and then, at growing intervals.
+The loop's own k = 0 iterations cannot stand in for that: at batch > 1 they still re-feed the rows that advanced
+unevenly. Since the measurements are the machine's, the sequence of k
 is not reproducible from run to run: a seeded sampling run draws other numbers, and the relaxed rule (β > 1), whose
 output depends on k, can write another output. The measurements are per process and not guarded by a lock: calls of
 `generate()` in parallel threads share them and time each other's load.
@@ -39,6 +46,7 @@ __all__ = [
     "AcceptanceEstimate",
     "DraftLengthSchedule",
     "IterationCostTable",
+    "PlainCalls",
     "calibrate",
     "choose_draft_length",
     "clear_measurements",
@@ -63,6 +71,9 @@ _FIRST_PROBE_INTERVAL = 8
 _MAX_PROBE_INTERVAL = 128
 # iterations of each kind whose cost beyond the verifier's forward is remembered
 _RECENT_ITERATIONS = 8
+# whole calls decoded without drafting before one probes it; the interval doubles after each such probe
+_FIRST_CALL_PROBE_INTERVAL = 2
+_MAX_CALL_PROBE_INTERVAL = 32
 
 
 def choose_draft_length(
@@ -179,8 +190,16 @@ def _lower_quartile(values: Sequence[float]) -> float | None:
     return ordered[(len(ordered) - 1) // 4]
 
 
+@dataclass
+class PlainCalls:
+    """Whole calls decoded without drafting since drafting was last tried, and how many to run before trying it."""
+
+    since_probe: int = 0
+    probe_interval: int = _FIRST_CALL_PROBE_INTERVAL
+
+
 # per verifier (weakly held, so a deleted model takes its measurements with it): cost tables by (batch width,
-# device, largest k), and acceptance counts by (drafter, rule)
+# device, largest k), and acceptance counts (and the plain calls since a probe) by (drafter, rule)
 _COST_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _ACCEPTANCE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -217,7 +236,7 @@ class DraftLengthSchedule:
             per_rule = per_verifier.setdefault(verifier, {})
         except TypeError:  # a drafter that cannot be weakly referenced: counts for this call only
             per_rule = {}
-        self.acceptance = per_rule.setdefault(rule, AcceptanceEstimate())
+        self.acceptance, self._plain_calls = per_rule.setdefault(rule, (AcceptanceEstimate(), {}))
         self._table: IterationCostTable | None = None
         self._plain_streak = 0
         self._probe_interval = _FIRST_PROBE_INTERVAL
@@ -226,10 +245,36 @@ class DraftLengthSchedule:
         self._first_iteration = True
         self._k = 0
 
+    def _table_key(self, rows: int) -> tuple:
+        return (_rows_bucket(rows), str(self.device), self.max_draft_tokens)
+
+    def drafts_this_call(self, rows: int) -> bool:
+        """Whether a call of `rows` rows runs the speculative loop at all, or decodes plainly (no drafter).
+
+        Plain when this batch width's cost table exists and no k ≥ 1 is expected to beat a plain step costing the
+        verifier's forward alone (what a step of transformers' own loop costs, near enough), except every
+        `probe_interval`-th such call, which drafts so that the acceptance counts and the drafting iterations' cost
+        stay current; the interval doubles after each probe, and starts over once drafting is expected to pay.
+        """
+        table = self._tables.get(self._table_key(rows))
+        if table is None:  # nothing measured at this width: the loop calibrates it
+            return True
+        acceptance = self.acceptance.probabilities(len(table.verify_seconds) - 1)
+        plain_calls = self._plain_calls.setdefault(_rows_bucket(rows), PlainCalls())
+        if choose_draft_length(table.verify_seconds, (0.0, table.overheads[1]), acceptance) > 0:
+            plain_calls.since_probe, plain_calls.probe_interval = 0, _FIRST_CALL_PROBE_INTERVAL
+            return True
+        if plain_calls.since_probe >= plain_calls.probe_interval:
+            plain_calls.since_probe = 0
+            plain_calls.probe_interval = min(2 * plain_calls.probe_interval, _MAX_CALL_PROBE_INTERVAL)
+            return True
+        plain_calls.since_probe += 1
+        return False
+
     def table_for(self, rows: int, measure: Callable[[int], float]) -> IterationCostTable:
         """The cost table of this batch width, calibrated now with `measure(w)` (seconds of one verifier forward
         with w drafts) if this process has none yet."""
-        key = (_rows_bucket(rows), str(self.device), self.max_draft_tokens)
+        key = self._table_key(rows)
         table = self._tables.get(key)
         if table is None:
             table = IterationCostTable(calibrate(measure, self.max_draft_tokens + 1))

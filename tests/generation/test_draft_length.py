@@ -168,11 +168,47 @@ def test_k_zero_iterations_are_greedy_steps(family, clock):
     inputs = make_source_batch(1, seed=4, pad_token_id=model.config.pad_token_id)
     reference = model.generate(**inputs, **GREEDY, max_new_tokens=40)
     drafter = SlowWrongDrafter(reference, VOCAB_SIZE, 4, "wrong", clock=clock)
-    _generate_auto(model, inputs, drafter, max_new_tokens=40)  # learns that the drafts are worthless
-    output = _generate_auto(model, inputs, drafter, max_new_tokens=40)
+    output = _generate_auto(model, inputs, drafter, max_new_tokens=40)  # learns that the drafts are worthless
     assert torch.equal(output.sequences, reference)
     stats = output.speculative_stats
-    assert stats.drafter_calls < stats.verifier_calls / 2
+    assert 0 < stats.drafter_calls < stats.verifier_calls / 2
+
+
+@pytest.mark.parametrize("batch_size", [1, 4])
+def test_a_call_where_drafting_cannot_pay_decodes_plainly_and_probes_now_and_then(family, batch_size, clock):
+    model = build_verifier(family)
+    inputs = make_source_batch(batch_size, seed=4, pad_token_id=model.config.pad_token_id)
+    reference = model.generate(**inputs, **GREEDY, max_new_tokens=30, output_scores=True, return_dict_in_generate=True)
+    drafter = SlowWrongDrafter(reference.sequences, VOCAB_SIZE, 4, "wrong", clock=clock)
+    _generate_auto(model, inputs, drafter, max_new_tokens=30)  # measures this width, learns the drafts are worthless
+    drafted_calls = []
+    for _ in range(9):
+        output = _generate_auto(model, inputs, drafter, max_new_tokens=30, output_scores=True)
+        assert torch.equal(output.sequences, reference.sequences)
+        drafted_calls.append(output.speculative_stats.drafter_calls > 0)
+    # plain calls, with a probe of drafting after 2, then after 4 more (the interval doubles)
+    assert drafted_calls == [False, False, True, False, False, False, False, True, False]
+    plain = output.speculative_stats
+    pad = model.generation_config.pad_token_id
+    generated = reference.sequences[:, 1:]
+    ends = [int((row != pad).sum()) for row in generated]
+    assert plain.drafter_calls == 0 and plain.verifier_calls == generated.shape[1]
+    assert plain.generated_tokens == ends and plain.tokens_per_iteration == 1.0
+    for ours, theirs in zip(output.scores, reference.scores, strict=True):
+        torch.testing.assert_close(ours, theirs)
+
+
+def test_a_call_decides_from_the_tables_and_counts_of_its_width():
+    schedule = DraftLengthSchedule(object, None, 2, (1, 0.0, False), torch.device("cpu"))
+    assert schedule.drafts_this_call(1)  # no table for this width yet: the loop measures it
+    table = IterationCostTable([1.0, 1.1, 1.2])
+    schedule._tables[(1, "cpu", 2)] = table
+    table.drafting_recent.append(0.5)
+    schedule.acceptance.update(2, [0] * 50)  # drafts never accepted: no k beats a plain forward of 1.0
+    decisions = [schedule.drafts_this_call(1) for _ in range(12)]
+    assert decisions == [False, False, True, False, False, False, False, True] + [False] * 4
+    schedule.acceptance.update(2, [2] * 500)  # drafts now sure: every call drafts
+    assert all(schedule.drafts_this_call(1) for _ in range(5))
 
 
 def test_auto_draft_length_keeps_the_sampling_distribution_exact_in_its_support():
