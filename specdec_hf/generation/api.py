@@ -163,9 +163,13 @@ def speculative_generate(
             input_ids.device,
         )
         if not schedule.drafts_this_call(input_ids.shape[0]):
-            return _plain_decoding(
+            schedule.start_plain_call()
+            output = _plain_decoding(
                 model, input_ids, logits_processor, stopping_criteria, generation_config, token_streamer, model_kwargs
             )
+            sequences = output if isinstance(output, torch.Tensor) else output.sequences
+            schedule.observe_plain_call(sequences.shape[1] - input_ids.shape[1])
+            return output
     drafter_state = drafter.init_drafting_state(
         input_ids=source_ids, attention_mask=attention_mask, encoder_hidden_states=encoder_outputs.last_hidden_state
     )

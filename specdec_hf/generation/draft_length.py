@@ -155,11 +155,21 @@ class IterationCostTable:
         verify_seconds (`list[float]`): The verifier forward's time with w drafts, w = 0..max k (`calibrate`).
         plain_recent (`deque[float]`), drafting_recent (`deque[float]`): The latest iterations' times beyond their
             verifier forward's calibrated time, without a drafter call (k = 0) and with one (the call included).
+        plain_call_steps (`deque[float]`): The time per step of the latest calls decoded plainly (transformers' own
+            loop, `DraftLengthSchedule.drafts_this_call`).
     """
 
     verify_seconds: list[float]
     plain_recent: deque = field(default_factory=lambda: deque(maxlen=_RECENT_ITERATIONS))
     drafting_recent: deque = field(default_factory=lambda: deque(maxlen=_RECENT_ITERATIONS))
+    plain_call_steps: deque = field(default_factory=lambda: deque(maxlen=_RECENT_ITERATIONS))
+
+    @property
+    def plain_step(self) -> float:
+        """What a step of plain decoding costs: measured on plain calls (lower quartile) once there were some, else
+        the verifier's forward alone (optimistic for plain decoding: it wins every call drafting cannot clearly win)."""
+        measured = _lower_quartile(self.plain_call_steps)
+        return self.verify_seconds[0] if measured is None else measured
 
     @property
     def overheads(self) -> tuple[float, float]:
@@ -251,17 +261,19 @@ class DraftLengthSchedule:
     def drafts_this_call(self, rows: int) -> bool:
         """Whether a call of `rows` rows runs the speculative loop at all, or decodes plainly (no drafter).
 
-        Plain when this batch width's cost table exists and no k ≥ 1 is expected to beat a plain step costing the
-        verifier's forward alone (what a step of transformers' own loop costs, near enough), except every
+        Plain when this batch width's cost table exists and no k ≥ 1 is expected to beat a plain step (as plain
+        calls measured it, [`observe_plain_call`]; before any, the verifier's forward alone), except every
         `probe_interval`-th such call, which drafts so that the acceptance counts and the drafting iterations' cost
         stay current; the interval doubles after each probe, and starts over once drafting is expected to pay.
         """
         table = self._tables.get(self._table_key(rows))
         if table is None:  # nothing measured at this width: the loop calibrates it
             return True
+        self._table = table
         acceptance = self.acceptance.probabilities(len(table.verify_seconds) - 1)
         plain_calls = self._plain_calls.setdefault(_rows_bucket(rows), PlainCalls())
-        if choose_draft_length(table.verify_seconds, (0.0, table.overheads[1]), acceptance) > 0:
+        costs = [table.plain_step, *table.verify_seconds[1:]]
+        if choose_draft_length(costs, (0.0, table.overheads[1]), acceptance) > 0:
             plain_calls.since_probe, plain_calls.probe_interval = 0, _FIRST_CALL_PROBE_INTERVAL
             return True
         if plain_calls.since_probe >= plain_calls.probe_interval:
@@ -270,6 +282,17 @@ class DraftLengthSchedule:
             return True
         plain_calls.since_probe += 1
         return False
+
+    def start_plain_call(self) -> None:
+        """Start timing a call decoded plainly (after `drafts_this_call` said so)."""
+        synchronize(self.device)
+        self._started = _clock()
+
+    def observe_plain_call(self, steps: int) -> None:
+        """End the timing of a plain call of `steps` decoding steps (its output is on the host or waited for)."""
+        synchronize(self.device)
+        if steps > 0:
+            self._table.plain_call_steps.append((_clock() - self._started) / steps)
 
     def table_for(self, rows: int, measure: Callable[[int], float]) -> IterationCostTable:
         """The cost table of this batch width, calibrated now with `measure(w)` (seconds of one verifier forward

@@ -274,3 +274,16 @@ def test_a_malformed_num_drafts_is_refused():
     drafter = FloatCounts(model.generate(**inputs, **GREEDY, max_new_tokens=4), VOCAB_SIZE, 2)
     with pytest.raises(ValueError, match=r"num_drafts of shape \(2,\) and dtype torch.float32: it must be an integer"):
         generate_with_drafter(model, inputs, drafter, max_new_tokens=4)
+
+
+def test_plain_calls_are_compared_at_the_cost_they_were_measured_at():
+    """Before any plain call, a plain step is taken to cost the verifier's forward alone; once plain calls were
+    timed, their cost per step decides."""
+    schedule = DraftLengthSchedule(object, None, 2, (1, 0.0, False), torch.device("cpu"))
+    table = IterationCostTable([1.0, 1.5, 2.0])
+    schedule._tables[(1, "cpu", 2)] = table
+    table.drafting_recent.append(0.5)
+    schedule.acceptance.update(2, [1] * 40)  # the first draft always accepted, the second never
+    assert table.plain_step == 1.0 and not schedule.drafts_this_call(1)  # 2 tokens / 2.0 s is no better than 1 / 1.0
+    table.plain_call_steps.extend([1.6, 1.5, 1.7])  # plain calls measured slower than the forward alone
+    assert table.plain_step == 1.5 and schedule.drafts_this_call(1)
