@@ -304,6 +304,31 @@ class SpecDrafterPreTrainedModel(PreTrainedModel):
             init.zeros_(module.final_logits_bias)
 
 
+def _check_layers_match(name, config, loading_info: dict) -> None:
+    """Refuse a drafter whose config asks for other layers than its weights hold: transformers would initialise the
+    missing ones at random (or drop the extra ones) with only a logged report. Other missing weights keep
+    transformers' behaviour (initialised, reported): a module added on loading, such as a draft chain, is one."""
+    missing, unexpected = loading_info.get("missing_keys", []), loading_info.get("unexpected_keys", [])
+    if not missing and not unexpected:
+        return
+    problems = []
+    for stack in ("encoder", "decoder"):
+        field_name = f"{stack}_layers"
+        configured = getattr(config, field_name, None)
+        held = {int(key.split(".")[2]) for key in unexpected if key.startswith(f"{stack}.layers.")}
+        lacking = {int(key.split(".")[2]) for key in missing if key.startswith(f"{stack}.layers.")}
+        if held:
+            problems.append(f"`{field_name}` is {configured} in config.json but the weights hold {max(held) + 1}")
+        elif lacking and configured is not None:
+            problems.append(f"`{field_name}` is {configured} in config.json but the weights hold {min(lacking)}")
+    if not problems:
+        return
+    raise ValueError(
+        f"{name}: its config.json disagrees with its weights ({'; '.join(problems)}): restore the field to what the "
+        "weights were saved with."
+    )
+
+
 class SpecDrafterModel(SpecDrafterPreTrainedModel):
     """The Spec-Drafter: an encoder-decoder that drafts k tokens in parallel for a verifier.
 
@@ -658,12 +683,26 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel):
         load = super().from_pretrained
         if pretrained_model_name_or_path is None:  # weights passed as `state_dict=` with a `config=`
             return load(None, *model_args, **kwargs)
-        return load_pretrained(
-            lambda name, **options: load(name, *model_args, **options),
-            pretrained_model_name_or_path,
-            "pretrained_model_name_or_path",
-            **kwargs,
-        )
+        wants_info = kwargs.pop("output_loading_info", False)
+        try:
+            model, info = load_pretrained(
+                lambda name, **options: load(name, *model_args, **options),
+                pretrained_model_name_or_path,
+                "pretrained_model_name_or_path",
+                output_loading_info=True,
+                **kwargs,
+            )
+        except RuntimeError as err:
+            if "ignore_mismatched_sizes" not in str(err):
+                raise
+            raise ValueError(
+                f"{pretrained_model_name_or_path}: its config.json disagrees with its weights, whose shapes differ "
+                "(the report above lists them): a field such as `d_model`, `encoder_ffn_dim`, `decoder_ffn_dim`, "
+                "`vocab_size` or `draft_vocab_size` was changed after saving; restore it to the saved weights' size."
+            ) from None
+        if not kwargs.get("ignore_mismatched_sizes"):
+            _check_layers_match(pretrained_model_name_or_path, model.config, info)
+        return (model, info) if wants_info else model
 
     @classmethod
     def from_verifier(

@@ -50,3 +50,19 @@ def test_a_hand_edited_config_json_is_refused_naming_the_field(tmp_path):
 def test_from_verifier_arguments_of_the_wrong_type_are_named():
     with pytest.raises(ValueError, match=r"`max_draft_tokens` must be of type int, got 2.5"):
         SpecDrafterModel.from_verifier(build_verifier("bart"), max_draft_tokens=2.5)
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("decoder_layers", 2, r"`decoder_layers` is 2 in config.json but the weights hold 1"),
+    ("decoder_ffn_dim", 40, r"config.json disagrees with its weights, whose shapes differ"),
+])  # fmt: skip
+def test_config_fields_that_disagree_with_the_weights_are_named(tmp_path, field, value, match):
+    """transformers initialised a second decoder layer at random with only a logged report, and named no field for a
+    width that changed."""
+    drafter = SpecDrafterModel.from_verifier(build_verifier("bart"), max_draft_tokens=4, decoder_layers=1)
+    drafter.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config[field] = value
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=match):
+        SpecDrafterModel.from_pretrained(tmp_path)
