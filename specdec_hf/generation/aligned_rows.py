@@ -48,7 +48,9 @@ def reads_row_index(processor_or_criterion) -> bool:
     if isinstance(processor_or_criterion, _ROW_INDEXED_PROCESSORS):
         return True
     if isinstance(processor_or_criterion, _ROW_WISE_CRITERIA):
-        return False
+        # a subclass that computes its own stop may read the row index
+        own_call = type(processor_or_criterion).__call__
+        return not any(own_call is known.__call__ for known in _ROW_WISE_CRITERIA)
     return not type(processor_or_criterion).__module__.startswith("transformers.")
 
 

@@ -226,6 +226,8 @@ def _plain_decoding(
     """The call decoded by transformers' own greedy / sampling loop (`GenerationMixin._sample`, what `generate()`
     runs without a drafter), with what `generate()` prepared; the output in this method's form, its statistics
     counting one verifier pass per token and no drafts."""
+    if streamer is not None:  # generate() hands a custom_generate callable's streamer nothing: the prompt first
+        streamer.put(input_ids.cpu())
     output = type(model)._sample(
         model,
         input_ids,

@@ -147,7 +147,8 @@ def make_safe(
     and the sampler may read of a proposal whose facts are not read yet (an error follows if they were wrong)."""
     draft_ids = draft_ids.clamp(0, vocab_size - 1)
     if draft_logits is not None:
-        draft_logits = torch.nan_to_num(draft_logits, nan=0.0)
+        # -inf (an id never drafted) is kept; NaN and +inf become finite
+        draft_logits = torch.nan_to_num(draft_logits, nan=0.0, posinf=0.0, neginf=float("-inf"))
         no_distribution = (draft_logits == float("-inf")).all(dim=-1, keepdim=True)
         draft_logits = torch.where(no_distribution, 0.0, draft_logits)
     return draft_ids, draft_logits

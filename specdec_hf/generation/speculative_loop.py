@@ -254,8 +254,11 @@ def run_speculative_loop(
         if streamer is not None:
             # a host tensor, as generate() hands its streamers, built from the tokens the transfer brought over
             streamer.put(torch.tensor(outcome.streamed[: outcome.num_new[0]]))
-        if scheduled:
-            draft_length_schedule.observe(drafts.shape[1], outcome.accepted)
+        if scheduled:  # rows finished earlier (aligned rows) drafted pad: not what the drafts are worth
+            running = outcome.accepted
+            if any(done_list):  # aligned rows: done_list is per active row
+                running = [count for count, finished in zip(running, done_list, strict=True) if not finished]
+            draft_length_schedule.observe(drafts.shape[1], running)
         _advance_lengths(rows, outcome.num_new)
         _count_iteration(stats, rows.active, outcome, done_list)
         if rows.recorded is not None:
@@ -716,8 +719,8 @@ def _read_outcome(
     parts = [num_new, finished.long(), accepted, drafted]
     if streamed is not None:
         parts.append(streamed)
-    if value_facts is not None:
-        parts.append(value_facts)
+    if value_facts is not None:  # computed where the drafter ran
+        parts.append(value_facts.to(num_new.device))
     values = torch.cat(parts).tolist()
     facts_start = len(values) - (0 if value_facts is None else value_facts.shape[0])
     return Outcome(

@@ -304,22 +304,31 @@ class SpecDrafterPreTrainedModel(PreTrainedModel):
             init.zeros_(module.final_logits_bias)
 
 
-def _check_layers_match(name, config, loading_info: dict) -> None:
+def _check_layers_match(name, model, loading_info: dict) -> None:
     """Refuse a drafter whose config asks for other layers than its weights hold: transformers would initialise the
     missing ones at random (or drop the extra ones) with only a logged report. Other missing weights keep
     transformers' behaviour (initialised, reported): a module added on loading, such as a draft chain, is one."""
     missing, unexpected = loading_info.get("missing_keys", []), loading_info.get("unexpected_keys", [])
     if not missing and not unexpected:
         return
+    config, missing_set = model.config, set(missing)
+    names = list(model.state_dict())
     problems = []
     for stack in ("encoder", "decoder"):
         field_name = f"{stack}_layers"
         configured = getattr(config, field_name, None)
         held = {int(key.split(".")[2]) for key in unexpected if key.startswith(f"{stack}.layers.")}
-        lacking = {int(key.split(".")[2]) for key in missing if key.startswith(f"{stack}.layers.")}
-        if held:
+        # layers of which no weight was loaded (a parameter added inside a layer is another matter)
+        lacking = {
+            index
+            for index in {int(key.split(".")[2]) for key in missing if key.startswith(f"{stack}.layers.")}
+            if all(key in missing_set for key in names if key.startswith(f"{stack}.layers.{index}."))
+        }
+        if configured is None:
+            continue
+        if held and max(held) + 1 > configured:
             problems.append(f"`{field_name}` is {configured} in config.json but the weights hold {max(held) + 1}")
-        elif lacking and configured is not None:
+        elif lacking and min(lacking) < configured and max(lacking) == configured - 1:
             problems.append(f"`{field_name}` is {configured} in config.json but the weights hold {min(lacking)}")
     if not problems:
         return
@@ -701,7 +710,7 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel):
                 "`vocab_size` or `draft_vocab_size` was changed after saving; restore it to the saved weights' size."
             ) from None
         if not kwargs.get("ignore_mismatched_sizes"):
-            _check_layers_match(pretrained_model_name_or_path, model.config, info)
+            _check_layers_match(pretrained_model_name_or_path, model, info)
         return (model, info) if wants_info else model
 
     @classmethod

@@ -287,3 +287,30 @@ def test_plain_calls_are_compared_at_the_cost_they_were_measured_at():
     assert table.plain_step == 1.0 and not schedule.drafts_this_call(1)  # 2 tokens / 2.0 s is no better than 1 / 1.0
     table.plain_call_steps.extend([1.6, 1.5, 1.7])  # plain calls measured slower than the forward alone
     assert table.plain_step == 1.5 and schedule.drafts_this_call(1)
+
+
+def test_a_plain_call_streams_the_prompt_first_as_the_loop_does(clock):
+    """transformers gives a custom_generate callable's streamer nothing: the plain call puts the prompt itself, so
+    that `skip_prompt` streamers drop the prompt, not the first generated token."""
+    model = build_verifier("bart")
+    inputs = make_source_batch(1, seed=4, pad_token_id=model.config.pad_token_id)
+    reference = model.generate(**inputs, **GREEDY, max_new_tokens=20)
+    drafter = SlowWrongDrafter(reference, VOCAB_SIZE, 4, "wrong", clock=clock)
+    _generate_auto(model, inputs, drafter, max_new_tokens=20)
+
+    class Recorder:
+        def __init__(self):
+            self.puts, self.ended = [], False
+
+        def put(self, value):
+            self.puts.append(value.tolist())
+
+        def end(self):
+            self.ended = True
+
+    recorder = Recorder()
+    output = _generate_auto(model, inputs, drafter, max_new_tokens=20, token_streamer=recorder)
+    assert output.speculative_stats.drafter_calls == 0  # the plain path
+    assert recorder.puts[0] == reference[:, :1].tolist() and recorder.ended
+    streamed = [token for put in recorder.puts[1:] for token in (put if isinstance(put, list) else [put])]
+    assert streamed == reference[0, 1:].tolist()
