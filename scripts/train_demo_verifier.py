@@ -365,21 +365,34 @@ def collate(
 # ----------------------------------------------------------------------------------------------------------------
 # Model, optimisation, checkpoints
 # ----------------------------------------------------------------------------------------------------------------
+def _architecture(args: DemoVerifierArguments, tokenizer: PreTrainedTokenizerFast) -> dict:
+    """The config fields both model types take from the arguments: vocabulary, widths, depths, positions, dropout."""
+    return {
+        "vocab_size": len(tokenizer),
+        "d_model": args.d_model,
+        "encoder_layers": args.encoder_layers,
+        "decoder_layers": args.decoder_layers,
+        "encoder_attention_heads": args.attention_heads,
+        "decoder_attention_heads": args.attention_heads,
+        "encoder_ffn_dim": args.ffn_dim,
+        "decoder_ffn_dim": args.ffn_dim,
+        "max_position_embeddings": args.max_position_embeddings,
+        "dropout": args.dropout,
+    }
+
+
+def _zero_pad_row(model: PreTrainedModel, pad_token_id: int) -> None:
+    """Start the `<pad>` embedding row at zero (`zero_pad_row_gradient` keeps it there)."""
+    with torch.no_grad():
+        model.get_input_embeddings().weight[pad_token_id].zero_()
+
+
 def build_model(args: DemoVerifierArguments, tokenizer: PreTrainedTokenizerFast) -> PreTrainedModel:
     """A randomly initialised model of `args.model_type` with shared, tied embeddings and its generation config."""
     if args.model_type == "bart":
         return build_bart_model(args, tokenizer)
     config = MarianConfig(
-        vocab_size=len(tokenizer),
-        d_model=args.d_model,
-        encoder_layers=args.encoder_layers,
-        decoder_layers=args.decoder_layers,
-        encoder_attention_heads=args.attention_heads,
-        decoder_attention_heads=args.attention_heads,
-        encoder_ffn_dim=args.ffn_dim,
-        decoder_ffn_dim=args.ffn_dim,
-        max_position_embeddings=args.max_position_embeddings,
-        dropout=args.dropout,
+        **_architecture(args, tokenizer),
         activation_function="relu",
         scale_embedding=True,
         pad_token_id=tokenizer.pad_token_id,
@@ -401,8 +414,7 @@ def build_model(args: DemoVerifierArguments, tokenizer: PreTrainedTokenizerFast)
         # as in Marian checkpoints: the decoder starts from <pad>, which is never generated
         bad_words_ids=[[tokenizer.pad_token_id]],
     )
-    with torch.no_grad():
-        model.get_input_embeddings().weight[tokenizer.pad_token_id].zero_()
+    _zero_pad_row(model, tokenizer.pad_token_id)
     return model
 
 
@@ -413,16 +425,7 @@ def build_bart_model(args: DemoVerifierArguments, tokenizer: PreTrainedTokenizer
     search, `min_length`, n-gram blocking, length penalty) scaled to this corpus.
     """
     config = BartConfig(
-        vocab_size=len(tokenizer),
-        d_model=args.d_model,
-        encoder_layers=args.encoder_layers,
-        decoder_layers=args.decoder_layers,
-        encoder_attention_heads=args.attention_heads,
-        decoder_attention_heads=args.attention_heads,
-        encoder_ffn_dim=args.ffn_dim,
-        decoder_ffn_dim=args.ffn_dim,
-        max_position_embeddings=args.max_position_embeddings,
-        dropout=args.dropout,
+        **_architecture(args, tokenizer),
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
@@ -445,8 +448,7 @@ def build_bart_model(args: DemoVerifierArguments, tokenizer: PreTrainedTokenizer
         forced_bos_token_id=tokenizer.bos_token_id,
         forced_eos_token_id=tokenizer.eos_token_id,
     )
-    with torch.no_grad():
-        model.get_input_embeddings().weight[tokenizer.pad_token_id].zero_()
+    _zero_pad_row(model, tokenizer.pad_token_id)
     return model
 
 
