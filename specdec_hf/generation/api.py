@@ -1,14 +1,16 @@
 """Speculative decoding inside ``generate()``: the `custom_generate` callable and the opt-in on one model instance.
 
-This is the one module that reads transformers' generation internals (the arguments `generate()` passes to a
-callable `custom_generate`, its prepared special-token tensors, its cache classes), so a transformers upgrade is a
-change here. The loop itself lives in `speculative_loop.py`, drafting with a `SpecDrafterModel` in
+This is the module that reads transformers' generation internals (the arguments `generate()` passes to a
+callable `custom_generate`, the `streamer` it keeps to itself, its prepared special-token tensors, its cache classes),
+so a transformers upgrade is mostly a change here. The loop itself lives in `speculative_loop.py`, drafting with a `SpecDrafterModel` in
 `spec_drafter_adapter.py`, the acceptance rules in `specdec_hf.acceptance`.
 """
 
 from __future__ import annotations
 
+import inspect
 import operator
+import sys
 import types
 from typing import Any
 
@@ -22,6 +24,7 @@ from transformers.generation.stopping_criteria import (
     StoppingCriteriaList,
     StopStringCriteria,
 )
+from transformers.generation.utils import GenerationMixin
 from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
 from transformers.integrations.fsdp import is_fsdp_managed_module
 from transformers.modeling_outputs import BaseModelOutput
@@ -90,9 +93,9 @@ def speculative_generate(
             drafters that return neither `draft_confidence` nor `draft_logits` are always verified in full.
         inputs_tensor (`torch.Tensor`, *optional*): The encoder input (passed by `generate()`).
         token_streamer (`BaseStreamer`, *optional*): A streamer (`TextStreamer`, `TextIteratorStreamer`) that
-            receives the tokens as they are accepted, batch size 1. transformers drops `generate(streamer=...)`
-            before calling a `custom_generate` callable, so on this route pass it as `token_streamer=`; after
-            `enable_speculative_decoding`, plain `streamer=` works.
+            receives the tokens as they are accepted, batch size 1. `generate(streamer=...)` works too: transformers
+            puts the prompt to it and then drops it before calling a `custom_generate` callable, so this method
+            takes it from the `generate()` call it runs in (pass one of the two, not both).
         stop_strings (`str` or `list[str]`, *optional*): Stop each row after it writes one of these strings, as
             `generate(stop_strings=...)` does without a drafter; needs `stop_strings_tokenizer`.
         stop_strings_tokenizer (`PreTrainedTokenizerBase`, *optional*): The verifier's tokenizer, for `stop_strings`.
@@ -140,6 +143,16 @@ def speculative_generate(
             "sampling is already exact and takes no relaxation: drop `beta`/`tau`, or set `do_sample=False`."
         )
     _check_generation_mode(generation_config, model, model_kwargs)
+    given_to_generate = _streamer_given_to_generate(model)
+    if given_to_generate is not None:
+        if token_streamer is not None:
+            raise ValueError(
+                "Two streamers: `streamer=` and `token_streamer=` were both passed; pass the streamer once, as "
+                "`streamer=`."
+            )
+        token_streamer = given_to_generate
+    # generate() has already put the prompt to a streamer passed to it as `streamer=`
+    stream_prompt = given_to_generate is None
     if token_streamer is not None and input_ids.shape[0] > 1:
         raise ValueError(
             f"A streamer needs batch size 1 (got {input_ids.shape[0]} rows, `num_return_sequences` included): "
@@ -165,7 +178,14 @@ def speculative_generate(
         if not schedule.drafts_this_call(input_ids.shape[0]):
             schedule.start_plain_call()
             output = _plain_decoding(
-                model, input_ids, logits_processor, stopping_criteria, generation_config, token_streamer, model_kwargs
+                model,
+                input_ids,
+                logits_processor,
+                stopping_criteria,
+                generation_config,
+                token_streamer,
+                stream_prompt,
+                model_kwargs,
             )
             sequences = output if isinstance(output, torch.Tensor) else output.sequences
             schedule.observe_plain_call(sequences.shape[1] - input_ids.shape[1])
@@ -198,6 +218,7 @@ def speculative_generate(
         stopping_criteria,
         loop_config,
         streamer=token_streamer,
+        stream_prompt=stream_prompt,
         draft_length_schedule=schedule,
     )
     if not generation_config.return_dict_in_generate:
@@ -221,12 +242,14 @@ def _plain_decoding(
     stopping_criteria: StoppingCriteriaList,
     generation_config: GenerationConfig,
     streamer,
+    stream_prompt: bool,
     model_kwargs: dict[str, Any],
 ) -> torch.LongTensor | SpeculativeGenerateOutput:
     """The call decoded by transformers' own greedy / sampling loop (`GenerationMixin._sample`, what `generate()`
     runs without a drafter), with what `generate()` prepared; the output in this method's form, its statistics
-    counting one verifier pass per token and no drafts."""
-    if streamer is not None:  # generate() hands a custom_generate callable's streamer nothing: the prompt first
+    counting one verifier pass per token and no drafts. `stream_prompt`: put the prompt to `streamer` first
+    (`_sample` never does; `generate()` has when the streamer came as its own `streamer=`)."""
+    if streamer is not None and stream_prompt:
         streamer.put(input_ids.cpu())
     output = type(model)._sample(
         model,
@@ -251,14 +274,44 @@ def _plain_decoding(
     return SpeculativeGenerateOutput(**{**output, "speculative_stats": stats})
 
 
+# the body of `GenerationMixin.generate` under its decorators: the frame whose `streamer` argument is looked up
+_GENERATE_CODE = inspect.unwrap(GenerationMixin.generate).__code__
+# frames between this method and the generate() that calls it (speculative_generate's helper, itself, generate())
+_GENERATE_FRAME_SEARCH_DEPTH = 4
+
+
+def _streamer_given_to_generate(model):
+    """The `streamer=` passed to the `generate()` call that runs this method, or None.
+
+    transformers puts the prompt to that streamer and then calls a `custom_generate` callable without it, so a
+    `TextIteratorStreamer` would wait forever. No argument carries it here, so it is read from that call's own frame:
+    the nearest caller running `GenerationMixin.generate` on `model` (a model class that overrides `generate()`
+    reaches it through `super()`).
+    """
+    frame = sys._getframe(1)
+    for _ in range(_GENERATE_FRAME_SEARCH_DEPTH):
+        frame = frame.f_back
+        if frame is None:
+            return None
+        if frame.f_code is _GENERATE_CODE and frame.f_locals.get("self") is model:
+            return frame.f_locals.get("streamer")
+    return None
+
+
 def _generated_lengths(generated: torch.LongTensor, generation_config: GenerationConfig) -> list[int]:
-    """Per row, the tokens up to and including its first EOS (all of them when it has none)."""
+    """Per row, the tokens up to and including its first EOS, or (for a row a criterion stopped before the longest)
+    those before the pad greedy appends after it; greedy appends pad only when there is an EOS to stop at, so without
+    one every token counts."""
     eos = generation_config._eos_token_tensor
+    pad = generation_config._pad_token_tensor
     if eos is None or generated.shape[1] == 0:
         return [generated.shape[1]] * generated.shape[0]
+    ends = torch.full((generated.shape[0],), generated.shape[1], device=generated.device)
+    if pad is not None:
+        positions = torch.arange(1, generated.shape[1] + 1, device=generated.device)
+        ends = ((generated != pad.to(generated.device)) * positions).amax(dim=1)
     is_eos = torch.isin(generated, eos.to(generated.device).flatten())
-    ends = torch.where(is_eos.any(dim=1), is_eos.float().argmax(dim=1) + 1, generated.shape[1])
-    return ends.tolist()
+    return torch.where(is_eos.any(dim=1), is_eos.float().argmax(dim=1) + 1, ends).tolist()
 
 
 def _acceptance_key(drafter):

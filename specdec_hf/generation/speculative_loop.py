@@ -44,7 +44,7 @@ from ..acceptance import (
     sample_proposal,
 )
 from ..drafting import Drafter
-from .aligned_rows import stop_aligned
+from .aligned_rows import criteria_scores, stop_aligned
 from .draft_length import DraftLengthSchedule, time_forward
 from .processor_gating import apply_to_every_position, is_position_independent, processors_acting_on
 from .proposal_checks import check_proposal, make_safe, raise_for_value_facts
@@ -171,6 +171,7 @@ def run_speculative_loop(
     stopping_criteria: StoppingCriteriaList,
     config: SpeculativeLoopConfig,
     streamer=None,
+    stream_prompt: bool = True,
     draft_length_schedule: DraftLengthSchedule | None = None,
 ) -> LoopResult:
     """Generate with draft-then-verify until every row is finished.
@@ -188,6 +189,8 @@ def run_speculative_loop(
         config (`SpeculativeLoopConfig`): β, τ, k, lengths, special tokens, greedy or sampling.
         streamer (`BaseStreamer`, *optional*): Receives the prompt, then the tokens of every iteration as they are
             accepted (batch size 1).
+        stream_prompt (`bool`, *optional*, defaults to `True`): Put the prompt to `streamer` first; `False` when
+            `generate()` already has.
         draft_length_schedule ([`DraftLengthSchedule`], *optional*): Chooses each iteration's k, up to
             `config.num_draft_tokens` (0: a plain verifier step); `None` drafts `config.num_draft_tokens` every time.
     """
@@ -208,7 +211,7 @@ def run_speculative_loop(
     # aligned rows: those finished so far (kept in the batch, appending pad), on the device and the host
     done = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
     done_list = [False] * input_ids.shape[0]
-    if streamer is not None:
+    if streamer is not None and stream_prompt:
         streamer.put(input_ids.cpu())
 
     while rows.active:
@@ -235,13 +238,16 @@ def run_speculative_loop(
         acting = processors_acting_on(logits_processor, batch.shortest, batch.longest + drafts.shape[1])
         scores, new_tokens, num_accepted = accept(logits, drafts, budgets, batch, acting, proposal_q, config)
         # 4. Stop
+        earlier = _earlier_scores(rows, config.vocab_size) if config.output_scores and not simple else None
         if config.aligned_rows:
             new_tokens, num_new, finished = stop_aligned(
-                new_tokens, num_accepted + 1, batch.committed, batch.longest, scores, stopping_criteria, done,
-                config.max_length, config.pad_token_id,
+                new_tokens, num_accepted + 1, batch.committed, batch.longest, scores, earlier, stopping_criteria,
+                done, config.max_length, config.pad_token_id,
             )  # fmt: skip
         else:
-            num_new, finished = stop(new_tokens, num_accepted + 1, batch, scores, stopping_criteria, simple, config)
+            num_new, finished = stop(
+                new_tokens, num_accepted + 1, batch, scores, earlier, stopping_criteria, simple, config
+            )
         # 5. Commit: write the new tokens, read this iteration's outcome on the host (its one transfer), count
         # them, release finished rows, crop the verifier's cache
         commit(rows, batch.lengths, new_tokens, num_new, config.pad_token_id)
@@ -601,6 +607,7 @@ def stop(
     num_new: torch.LongTensor,
     batch: ActiveBatch,
     scores: torch.FloatTensor,
+    earlier_scores: list[torch.FloatTensor] | None,
     stopping_criteria: StoppingCriteriaList,
     simple_stopping: bool,
     config: SpeculativeLoopConfig,
@@ -614,7 +621,9 @@ def stop(
     Args:
         new_tokens (`torch.LongTensor` of shape `(rows, k + 1)`), num_new (`torch.LongTensor` of shape `(rows,)`):
             The tokens the row would append and how many.
-        scores (`torch.FloatTensor` of shape `(rows, k + 1, vocab_size)`): The processed scores, which criteria read.
+        scores (`torch.FloatTensor` of shape `(rows, k + 1, vocab_size)`): The processed scores.
+        earlier_scores (`list[torch.FloatTensor]`, *optional*): Per row, the processed scores of its earlier
+            generated tokens `(steps, vocab_size)`, with `output_scores`; criteria read them with this iteration's.
 
     Returns:
         `num_new` `(rows,)`, cut at a stop, and `finished` `(rows,)`.
@@ -622,7 +631,14 @@ def stop(
     if simple_stopping:
         return _stop_at_eos(new_tokens, num_new, batch.lengths, config)
     num_new, finished = _stop_by_criteria(
-        new_tokens, num_new, batch.committed, batch.lengths, scores, stopping_criteria, config.pad_token_id
+        new_tokens,
+        num_new,
+        batch.committed,
+        batch.lengths,
+        scores,
+        earlier_scores,
+        stopping_criteria,
+        config.pad_token_id,
     )
     return num_new, finished | (batch.lengths + num_new >= config.max_length)
 
@@ -648,6 +664,7 @@ def _stop_by_criteria(
     committed: torch.LongTensor,
     lengths: torch.LongTensor,
     scores: torch.FloatTensor,
+    earlier_scores: list[torch.FloatTensor] | None,
     stopping_criteria: StoppingCriteriaList,
     pad: int,
 ) -> tuple[torch.LongTensor, torch.BoolTensor]:
@@ -667,11 +684,22 @@ def _stop_by_criteria(
         for length in candidate_lengths.unique().tolist():
             group = (candidate_lengths == length).nonzero().squeeze(1)
             rows_in_group = candidates[group]
-            stop[group] = stopping_criteria(extended[rows_in_group, :length], scores[rows_in_group, position])
+            stop[group] = stopping_criteria(
+                extended[rows_in_group, :length], criteria_scores(earlier_scores, rows_in_group, scores, position)
+            )
         stopped = candidates[stop]
         finished[stopped] = True
         num_new[stopped] = position + 1
     return num_new, finished
+
+
+def _earlier_scores(rows: Rows, vocab_size: int) -> list[torch.FloatTensor]:
+    """Per active row, the processed scores recorded for its generated tokens, `(steps, vocab_size)`."""
+    earlier = []
+    for row in rows.active:
+        chunks = [chunk[0] for chunk in rows.recorded[row]]
+        earlier.append(torch.cat(chunks) if chunks else rows.sequences.new_zeros((0, vocab_size), dtype=torch.float))
+    return earlier
 
 
 def commit(

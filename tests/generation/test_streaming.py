@@ -39,7 +39,7 @@ def setup():
     return model, tokenizer, inputs, reference
 
 
-@pytest.mark.parametrize("route", ["custom_generate", "enabled"])
+@pytest.mark.parametrize("route", ["custom_generate", "custom_generate_streamer", "enabled"])
 def test_tokens_arrive_once_in_order(setup, route):
     model, _, inputs, reference = setup
     streamer = RecordingStreamer()
@@ -49,8 +49,9 @@ def test_tokens_arrive_once_in_order(setup, route):
             **inputs, drafter=drafter, streamer=streamer, max_new_tokens=20
         )
     else:
+        name = "streamer" if route == "custom_generate_streamer" else "token_streamer"
         output = model.generate(
-            **inputs, max_new_tokens=20, custom_generate=speculative_generate, drafter=drafter, token_streamer=streamer
+            **inputs, max_new_tokens=20, custom_generate=speculative_generate, drafter=drafter, **{name: streamer}
         )
     assert torch.equal(output, reference)
     prompt, *accepted = streamer.chunks
@@ -60,15 +61,23 @@ def test_tokens_arrive_once_in_order(setup, route):
     assert streamer.ended == 1
 
 
-def test_text_iterator_streamer_yields_the_decoded_output(setup):
+@pytest.mark.parametrize("route", ["custom_generate", "enabled"])
+@pytest.mark.parametrize("num_draft_tokens", [4, "auto"])
+def test_text_iterator_streamer_yields_the_decoded_output(setup, route, num_draft_tokens):
+    """Iterating the streamer ends on both routes (it blocked forever on `custom_generate=` before), with a fixed k
+    and with `"auto"` (whose calls may run transformers' own loop)."""
     model, tokenizer, inputs, reference = setup
-    streamer = TextIteratorStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
+    streamer = TextIteratorStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True, timeout=60)
     drafter = OracleDrafter(reference, VOCAB_SIZE, num_draft_tokens=4, accuracy="half")
-    enable_speculative_decoding(model)
+    kwargs = {"drafter": drafter, "streamer": streamer, "max_new_tokens": 20, "num_draft_tokens": num_draft_tokens}
+    if route == "enabled":
+        enable_speculative_decoding(model)
+    else:
+        kwargs["custom_generate"] = speculative_generate
     result = {}
 
     def run():
-        result["output"] = model.generate(**inputs, drafter=drafter, streamer=streamer, max_new_tokens=20)
+        result["output"] = model.generate(**inputs, **kwargs)
 
     thread = Thread(target=run)
     thread.start()
@@ -76,3 +85,17 @@ def test_text_iterator_streamer_yields_the_decoded_output(setup):
     thread.join()
     assert torch.equal(result["output"], reference)
     assert streamed.strip() == tokenizer.decode(reference[0], skip_special_tokens=True).strip()
+
+
+def test_two_streamers_are_refused(setup):
+    model, _, inputs, reference = setup
+    drafter = OracleDrafter(reference, VOCAB_SIZE, num_draft_tokens=4, accuracy="half")
+    with pytest.raises(ValueError, match="pass the streamer once"):
+        model.generate(
+            **inputs,
+            max_new_tokens=20,
+            custom_generate=speculative_generate,
+            drafter=drafter,
+            streamer=RecordingStreamer(),
+            token_streamer=RecordingStreamer(),
+        )
