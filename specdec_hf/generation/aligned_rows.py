@@ -30,7 +30,7 @@ from transformers.generation.stopping_criteria import (
     StopStringCriteria,
 )
 
-__all__ = ["needs_aligned_rows", "reads_row_index", "stop_aligned"]
+__all__ = ["criteria_scores", "needs_aligned_rows", "reads_row_index", "stop_aligned"]
 
 # transformers' processors that read the batch index (the encoder input's row, the callback's `batch_id`)
 _ROW_INDEXED_PROCESSORS = (
@@ -67,12 +67,28 @@ def needs_aligned_rows(
     return output_scores or any(reads_row_index(item) for item in [*logits_processor, *stopping_criteria])
 
 
+def criteria_scores(
+    earlier_scores: list[torch.FloatTensor] | None,
+    local_rows: torch.LongTensor,
+    scores: torch.FloatTensor,
+    position: int,
+) -> tuple[torch.FloatTensor, ...] | None:
+    """`scores` as greedy decoding hands it to stopping criteria: `None` without `output_scores`, else one
+    `(rows, vocab_size)` tensor per generated token of `local_rows` (rows of one length), this iteration's up to
+    `position` included."""
+    if earlier_scores is None:
+        return None
+    earlier = torch.stack([earlier_scores[row] for row in local_rows.tolist()])
+    return tuple(torch.cat([earlier, scores[local_rows, : position + 1]], dim=1).unbind(1))
+
+
 def stop_aligned(
     new_tokens: torch.LongTensor,
     num_new: torch.LongTensor,
     committed: torch.LongTensor,
     length: int,
     scores: torch.FloatTensor,
+    earlier_scores: list[torch.FloatTensor] | None,
     stopping_criteria: StoppingCriteriaList,
     done: torch.BoolTensor,
     max_length: int,
@@ -89,6 +105,8 @@ def stop_aligned(
             The tokens each row would append and how many.
         committed (`torch.LongTensor` of shape `(rows, capacity)`): The committed tokens, all rows `length` long.
         scores (`torch.FloatTensor` of shape `(rows, k + 1, vocab_size)`): The processed scores.
+        earlier_scores (`list[torch.FloatTensor]`, *optional*): Per row, the processed scores of its earlier
+            generated tokens, with `output_scores` (criteria read them as greedy hands them: a tuple per step).
         done (`torch.BoolTensor` of shape `(rows,)`): Rows finished before this iteration.
 
     Returns:
@@ -102,7 +120,10 @@ def stop_aligned(
     extended[:, length:] = new_tokens[:, :common]
     finished = done.clone()
     for position in range(common):
-        stops = stopping_criteria(extended[:, : length + position + 1], scores[:, position])
+        all_rows = torch.arange(rows, device=new_tokens.device)
+        stops = stopping_criteria(
+            extended[:, : length + position + 1], criteria_scores(earlier_scores, all_rows, scores, position)
+        )
         stopping = stops & ~finished
         if bool(stopping.any()):
             finished |= stopping

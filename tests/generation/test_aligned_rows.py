@@ -143,3 +143,46 @@ def test_which_runs_keep_rows_aligned():
     # one row has no index to misread
     assert not needs_aligned_rows(LogitsProcessorList([BanPerRow()]), eos_and_length, 1, output_scores=True)
     assert reads_row_index(BanPerRow()) and not reads_row_index(NoRepeatNGramLogitsProcessor(2))
+
+
+class StopOnScoreSum(StoppingCriteria):
+    """Reads `scores` as transformers documents it (a tuple of one `(batch, vocab)` tensor per step, or None):
+    stops a row once the running sum of its top score passes a threshold, and records what it was handed."""
+
+    def __init__(self, threshold):
+        self.threshold = threshold
+        self.handed = []
+
+    def __call__(self, input_ids, scores, **kwargs):
+        self.handed.append(None if scores is None else (type(scores), len(scores), scores[-1].shape))
+        if scores is None:
+            return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+        steps = torch.stack(scores, dim=1)
+        return steps.max(dim=-1).values.clamp(min=-5.0).sum(dim=1) > self.threshold
+
+
+@pytest.mark.parametrize("batch_size", [1, 4])
+@pytest.mark.parametrize("output_scores", [False, True])
+def test_a_criterion_reads_scores_as_greedy_hands_them(batch_size, output_scores):
+    """`scores` reaches a criterion as greedy hands it: None without `output_scores`, else every step so far."""
+    model = build_verifier("bart")
+    inputs = make_source_batch(batch_size, seed=5, pad_token_id=model.config.pad_token_id)
+    options = dict(max_new_tokens=20, output_scores=output_scores)
+    greedy_criterion, speculative_criterion = StopOnScoreSum(-8.0), StopOnScoreSum(-8.0)
+    reference = model.generate(
+        **inputs, **GREEDY, return_dict_in_generate=True, stopping_criteria=StoppingCriteriaList([greedy_criterion]),
+        **options,
+    )  # fmt: skip
+    drafter = OracleDrafter(reference.sequences, VOCAB_SIZE, 4, "half")
+    output = generate_with_drafter(
+        model, inputs, drafter, num_draft_tokens=4, stopping_criteria=StoppingCriteriaList([speculative_criterion]),
+        **options,
+    )  # fmt: skip
+    assert torch.equal(output.sequences, reference.sequences)
+    if output_scores:
+        # the criterion stopped rows early (the threshold is reached before max_new_tokens)
+        assert output.sequences.shape[1] < 21
+        assert all(handed[0] is tuple for handed in speculative_criterion.handed)
+        assert speculative_criterion.handed[-1] == greedy_criterion.handed[-1]
+    else:
+        assert set(speculative_criterion.handed) == set(greedy_criterion.handed) == {None}

@@ -7,6 +7,7 @@ import pytest
 import torch
 from conftest import VOCAB_SIZE, build_verifier, generate_with_drafter, make_source_batch
 from oracle_drafters import OracleDrafter
+from transformers import StoppingCriteria, StoppingCriteriaList
 
 from specdec_hf.generation import draft_length
 from specdec_hf.generation.draft_length import (
@@ -314,3 +315,31 @@ def test_a_plain_call_streams_the_prompt_first_as_the_loop_does(clock):
     assert recorder.puts[0] == reference[:, :1].tolist() and recorder.ended
     streamed = [token for put in recorder.puts[1:] for token in (put if isinstance(put, list) else [put])]
     assert streamed == reference[0, 1:].tolist()
+
+
+class StopAtRowLimit(StoppingCriteria):
+    """Stops row r once it holds `6 + 4 r` tokens."""
+
+    def __call__(self, input_ids, scores, **kwargs):
+        return input_ids.shape[1] >= 6 + 4 * torch.arange(input_ids.shape[0], device=input_ids.device)
+
+
+def test_a_plain_call_counts_a_row_stopped_without_eos_up_to_its_stop(clock):
+    """A row a criterion stops before the longest gets pad after its stop, as greedy appends it: the statistics
+    count the tokens it generated, not that padding."""
+    model = build_verifier("bart")
+    inputs = make_source_batch(3, seed=4, pad_token_id=model.config.pad_token_id)
+    criteria = StoppingCriteriaList([StopAtRowLimit()])
+    # an EOS no row writes (greedy pads a finished row only when it has an EOS): rows end by the criterion alone
+    model.generation_config.eos_token_id = None
+    written = model.generate(**inputs, **GREEDY, max_new_tokens=30, stopping_criteria=criteria)
+    model.generation_config.eos_token_id = next(t for t in range(3, VOCAB_SIZE) if t not in written.flatten().tolist())
+    reference = model.generate(**inputs, **GREEDY, max_new_tokens=30, stopping_criteria=criteria)
+    assert (reference[0, 6:] == model.config.pad_token_id).all()  # greedy padded the first row after its stop
+    drafter = SlowWrongDrafter(reference, VOCAB_SIZE, 4, "wrong", clock=clock)
+    _generate_auto(model, inputs, drafter, max_new_tokens=30, stopping_criteria=criteria)  # learns: drafts worthless
+    output = _generate_auto(model, inputs, drafter, max_new_tokens=30, stopping_criteria=criteria)
+    assert torch.equal(output.sequences, reference)
+    stats = output.speculative_stats
+    assert stats.drafter_calls == 0  # decoded plainly
+    assert stats.generated_tokens == [5, 9, 13]  # the limits, less the decoder start token
