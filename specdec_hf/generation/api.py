@@ -276,7 +276,7 @@ def _plain_decoding(
 
 # the body of `GenerationMixin.generate` under its decorators: the frame whose `streamer` argument is looked up
 _GENERATE_CODE = inspect.unwrap(GenerationMixin.generate).__code__
-# frames between this method and the generate() that calls it (speculative_generate's helper, itself, generate())
+# frames searched above speculative_generate for the generate() that calls it (a model's own generate() may wrap it)
 _GENERATE_FRAME_SEARCH_DEPTH = 4
 
 
@@ -294,7 +294,9 @@ def _streamer_given_to_generate(model):
         if frame is None:
             return None
         if frame.f_code is _GENERATE_CODE and frame.f_locals.get("self") is model:
-            return frame.f_locals.get("streamer")
+            # only a callable custom_generate is reached after generate() put the prompt (a Hub repo's name
+            # returns before, handing the streamer over itself)
+            return frame.f_locals.get("streamer") if callable(frame.f_locals.get("custom_generate")) else None
     return None
 
 

@@ -145,30 +145,28 @@ def test_which_runs_keep_rows_aligned():
     assert reads_row_index(BanPerRow()) and not reads_row_index(NoRepeatNGramLogitsProcessor(2))
 
 
-class StopOnScoreSum(StoppingCriteria):
-    """Reads `scores` as transformers documents it (a tuple of one `(batch, vocab)` tensor per step, or None):
-    stops a row once the running sum of its top score passes a threshold, and records what it was handed."""
+class StopAfterStepsRecordingScores(StoppingCriteria):
+    """Reads `scores` as transformers documents it (a tuple of one `(batch, vocab)` tensor per step, or None),
+    stops row r after `3 + 2 r` generated steps, and keeps a copy of every `scores` it was handed."""
 
-    def __init__(self, threshold):
-        self.threshold = threshold
+    def __init__(self):
         self.handed = []
 
     def __call__(self, input_ids, scores, **kwargs):
-        self.handed.append(None if scores is None else (type(scores), len(scores), scores[-1].shape))
-        if scores is None:
-            return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
-        steps = torch.stack(scores, dim=1)
-        return steps.max(dim=-1).values.clamp(min=-5.0).sum(dim=1) > self.threshold
+        self.handed.append(None if scores is None else torch.stack(scores, dim=1).clone())
+        steps = input_ids.shape[1] - 1
+        return steps >= 3 + 2 * torch.arange(input_ids.shape[0], device=input_ids.device)
 
 
 @pytest.mark.parametrize("batch_size", [1, 4])
 @pytest.mark.parametrize("output_scores", [False, True])
 def test_a_criterion_reads_scores_as_greedy_hands_them(batch_size, output_scores):
-    """`scores` reaches a criterion as greedy hands it: None without `output_scores`, else every step so far."""
+    """`scores` reaches a criterion as greedy hands it at every call: None without `output_scores`, else every
+    step so far, with rows finishing at different iterations."""
     model = build_verifier("bart")
     inputs = make_source_batch(batch_size, seed=5, pad_token_id=model.config.pad_token_id)
     options = dict(max_new_tokens=20, output_scores=output_scores)
-    greedy_criterion, speculative_criterion = StopOnScoreSum(-8.0), StopOnScoreSum(-8.0)
+    greedy_criterion, speculative_criterion = StopAfterStepsRecordingScores(), StopAfterStepsRecordingScores()
     reference = model.generate(
         **inputs, **GREEDY, return_dict_in_generate=True, stopping_criteria=StoppingCriteriaList([greedy_criterion]),
         **options,
@@ -179,10 +177,9 @@ def test_a_criterion_reads_scores_as_greedy_hands_them(batch_size, output_scores
         **options,
     )  # fmt: skip
     assert torch.equal(output.sequences, reference.sequences)
-    if output_scores:
-        # the criterion stopped rows early (the threshold is reached before max_new_tokens)
-        assert output.sequences.shape[1] < 21
-        assert all(handed[0] is tuple for handed in speculative_criterion.handed)
-        assert speculative_criterion.handed[-1] == greedy_criterion.handed[-1]
-    else:
-        assert set(speculative_criterion.handed) == set(greedy_criterion.handed) == {None}
+    assert len(speculative_criterion.handed) == len(greedy_criterion.handed) == 3 + 2 * (batch_size - 1)
+    for ours, theirs in zip(speculative_criterion.handed, greedy_criterion.handed, strict=True):
+        if output_scores:
+            torch.testing.assert_close(ours, theirs)
+        else:
+            assert ours is None and theirs is None
