@@ -30,7 +30,7 @@ from transformers.generation.stopping_criteria import (
     StopStringCriteria,
 )
 
-__all__ = ["criteria_scores", "needs_aligned_rows", "reads_row_index", "stop_aligned"]
+__all__ = ["criteria_read_scores", "criteria_scores", "needs_aligned_rows", "reads_row_index", "stop_aligned"]
 
 # transformers' processors that read the batch index (the encoder input's row, the callback's `batch_id`)
 _ROW_INDEXED_PROCESSORS = (
@@ -67,19 +67,28 @@ def needs_aligned_rows(
     return output_scores or any(reads_row_index(item) for item in [*logits_processor, *stopping_criteria])
 
 
+def criteria_read_scores(stopping_criteria: StoppingCriteriaList) -> bool:
+    """Whether a stopping criterion may read `scores`: transformers' length, EOS, time and stop-string criteria never
+    do (their subclasses with a call of their own may); any other is assumed to."""
+    return any(
+        reads_row_index(criterion) or not isinstance(criterion, _ROW_WISE_CRITERIA) for criterion in stopping_criteria
+    )
+
+
 def criteria_scores(
-    earlier_scores: list[torch.FloatTensor] | None,
-    local_rows: torch.LongTensor,
+    history: tuple[torch.FloatTensor, ...] | None,
     scores: torch.FloatTensor,
     position: int,
+    local_rows: torch.LongTensor | None = None,
 ) -> tuple[torch.FloatTensor, ...] | None:
-    """`scores` as greedy decoding hands it to stopping criteria: `None` without `output_scores`, else one
-    `(rows, vocab_size)` tensor per generated token of `local_rows` (rows of one length), this iteration's up to
-    `position` included."""
-    if earlier_scores is None:
+    """`scores` as greedy decoding hands it to stopping criteria: `None` without a history, else one
+    `(rows, vocab_size)` tensor per generated token, the earlier steps (`history`, one per committed token) then this
+    iteration's up to `position` included, for `local_rows` (every row when `None`)."""
+    if history is None:
         return None
-    earlier = torch.stack([earlier_scores[row] for row in local_rows.tolist()])
-    return tuple(torch.cat([earlier, scores[local_rows, : position + 1]], dim=1).unbind(1))
+    if local_rows is None:
+        return history + tuple(scores[:, : position + 1].unbind(1))
+    return tuple(step[local_rows] for step in history) + tuple(scores[local_rows, : position + 1].unbind(1))
 
 
 def stop_aligned(
@@ -88,7 +97,7 @@ def stop_aligned(
     committed: torch.LongTensor,
     length: int,
     scores: torch.FloatTensor,
-    earlier_scores: list[torch.FloatTensor] | None,
+    score_history: tuple[torch.FloatTensor, ...] | None,
     stopping_criteria: StoppingCriteriaList,
     done: torch.BoolTensor,
     max_length: int,
@@ -105,8 +114,8 @@ def stop_aligned(
             The tokens each row would append and how many.
         committed (`torch.LongTensor` of shape `(rows, capacity)`): The committed tokens, all rows `length` long.
         scores (`torch.FloatTensor` of shape `(rows, k + 1, vocab_size)`): The processed scores.
-        earlier_scores (`list[torch.FloatTensor]`, *optional*): Per row, the processed scores of its earlier
-            generated tokens, with `output_scores` (criteria read them as greedy hands them: a tuple per step).
+        score_history (`tuple[torch.FloatTensor]`, *optional*): The processed scores of the earlier generated
+            tokens, one `(rows, vocab_size)` tensor per step, when criteria read them (greedy hands them so).
         done (`torch.BoolTensor` of shape `(rows,)`): Rows finished before this iteration.
 
     Returns:
@@ -120,9 +129,8 @@ def stop_aligned(
     extended[:, length:] = new_tokens[:, :common]
     finished = done.clone()
     for position in range(common):
-        all_rows = torch.arange(rows, device=new_tokens.device)
         stops = stopping_criteria(
-            extended[:, : length + position + 1], criteria_scores(earlier_scores, all_rows, scores, position)
+            extended[:, : length + position + 1], criteria_scores(score_history, scores, position)
         )
         stopping = stops & ~finished
         if bool(stopping.any()):

@@ -8,6 +8,7 @@ so a transformers upgrade is mostly a change here. The loop itself lives in `spe
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import operator
 import sys
@@ -36,9 +37,9 @@ from ..models.verifier_conversion import check_verifier_state_layers
 from .aligned_rows import needs_aligned_rows
 from .draft_length import AUTO, DraftLengthSchedule
 from .outputs import SpeculativeGenerateOutput
+from .plain_decoding import plain_decoding
 from .spec_drafter_adapter import SpecDrafterAdapter, as_drafter
 from .speculative_loop import SpeculativeLoopConfig, run_speculative_loop
-from .stats import SpeculativeDecodingStats
 from .wrapping_drafter import WrappingDrafter
 
 __all__ = ["enable_speculative_decoding", "speculative_generate"]
@@ -111,6 +112,69 @@ def speculative_generate(
             and generation modes not supported with a drafter (beam search, contrastive search, assisted generation,
             static cache, ...).
     """
+    given_to_generate = _streamer_given_to_generate(model)
+    streamers = [streamer for streamer in (given_to_generate, token_streamer) if streamer is not None]
+    try:
+        for streamer in streamers:
+            if not (callable(getattr(streamer, "put", None)) and callable(getattr(streamer, "end", None))):
+                raise ValueError(
+                    f"A streamer needs `put()` and `end()` (a transformers `BaseStreamer`), got "
+                    f"{type(streamer).__name__}: pass a `TextStreamer` / `TextIteratorStreamer`, or none."
+                )
+        if len(streamers) == 2:
+            raise ValueError(
+                "Two streamers: `streamer=` and `token_streamer=` were both passed; pass the streamer once, as "
+                "`streamer=`."
+            )
+        return _decode(
+            model,
+            input_ids,
+            logits_processor,
+            stopping_criteria,
+            generation_config,
+            drafter,
+            num_draft_tokens,
+            beta,
+            tau,
+            draft_confidence_threshold,
+            inputs_tensor,
+            streamers[0] if streamers else None,
+            # generate() has already put the prompt to a streamer passed to it as `streamer=`
+            given_to_generate is None,
+            stop_strings,
+            stop_strings_tokenizer,
+            model_kwargs,
+        )
+    except BaseException:
+        # a consumer iterating a streamer (`TextIteratorStreamer`) would otherwise wait forever
+        for streamer in streamers:
+            # the call's own error is the one to raise, whatever ending the streamer meets
+            with contextlib.suppress(Exception):
+                streamer.end()
+        raise
+
+
+def _decode(
+    model,
+    input_ids: torch.LongTensor,
+    logits_processor: LogitsProcessorList,
+    stopping_criteria: StoppingCriteriaList,
+    generation_config: GenerationConfig,
+    drafter,
+    num_draft_tokens: int | str | None,
+    beta: int,
+    tau: float,
+    draft_confidence_threshold: float | None,
+    inputs_tensor: torch.Tensor | None,
+    token_streamer,
+    stream_prompt: bool,
+    stop_strings: str | list[str] | None,
+    stop_strings_tokenizer,
+    model_kwargs: dict[str, Any],
+) -> torch.LongTensor | SpeculativeGenerateOutput:
+    """`speculative_generate` past its streamer: validate the call, then decode it (the loop, or transformers' own
+    when the draft length schedule finds drafting does not pay); `stream_prompt`: put the prompt to the streamer
+    first."""
     if not model.config.is_encoder_decoder:
         raise ValueError(
             f"Speculative decoding needs an encoder-decoder verifier; {type(model).__name__} is decoder-only. "
@@ -143,16 +207,6 @@ def speculative_generate(
             "sampling is already exact and takes no relaxation: drop `beta`/`tau`, or set `do_sample=False`."
         )
     _check_generation_mode(generation_config, model, model_kwargs)
-    given_to_generate = _streamer_given_to_generate(model)
-    if given_to_generate is not None:
-        if token_streamer is not None:
-            raise ValueError(
-                "Two streamers: `streamer=` and `token_streamer=` were both passed; pass the streamer once, as "
-                "`streamer=`."
-            )
-        token_streamer = given_to_generate
-    # generate() has already put the prompt to a streamer passed to it as `streamer=`
-    stream_prompt = given_to_generate is None
     if token_streamer is not None and input_ids.shape[0] > 1:
         raise ValueError(
             f"A streamer needs batch size 1 (got {input_ids.shape[0]} rows, `num_return_sequences` included): "
@@ -177,7 +231,7 @@ def speculative_generate(
         )
         if not schedule.drafts_this_call(input_ids.shape[0]):
             schedule.start_plain_call()
-            output = _plain_decoding(
+            output = plain_decoding(
                 model,
                 input_ids,
                 logits_processor,
@@ -235,45 +289,6 @@ def speculative_generate(
     )
 
 
-def _plain_decoding(
-    model,
-    input_ids: torch.LongTensor,
-    logits_processor: LogitsProcessorList,
-    stopping_criteria: StoppingCriteriaList,
-    generation_config: GenerationConfig,
-    streamer,
-    stream_prompt: bool,
-    model_kwargs: dict[str, Any],
-) -> torch.LongTensor | SpeculativeGenerateOutput:
-    """The call decoded by transformers' own greedy / sampling loop (`GenerationMixin._sample`, what `generate()`
-    runs without a drafter), with what `generate()` prepared; the output in this method's form, its statistics
-    counting one verifier pass per token and no drafts. `stream_prompt`: put the prompt to `streamer` first
-    (`_sample` never does; `generate()` has when the streamer came as its own `streamer=`)."""
-    if streamer is not None and stream_prompt:
-        streamer.put(input_ids.cpu())
-    output = type(model)._sample(
-        model,
-        input_ids,
-        logits_processor=logits_processor,
-        stopping_criteria=stopping_criteria,
-        generation_config=generation_config,
-        synced_gpus=False,
-        streamer=streamer,
-        **model_kwargs,
-    )
-    if not generation_config.return_dict_in_generate:
-        return output
-    sequences = output.sequences
-    stats = SpeculativeDecodingStats.for_batch(sequences.shape[0], 0)
-    generated = sequences[:, input_ids.shape[1] :]
-    steps = generated.shape[1]
-    # a row's tokens run up to its end; the padding greedy appends after it is not generated
-    for row, length in enumerate(_generated_lengths(generated, generation_config)):
-        stats.iterations[row] = stats.generated_tokens[row] = length
-    stats.verifier_calls = steps
-    return SpeculativeGenerateOutput(**{**output, "speculative_stats": stats})
-
-
 # the body of `GenerationMixin.generate` under its decorators: the frame whose `streamer` argument is looked up
 _GENERATE_CODE = inspect.unwrap(GenerationMixin.generate).__code__
 # frames searched above speculative_generate for the generate() that calls it (a model's own generate() may wrap it)
@@ -298,22 +313,6 @@ def _streamer_given_to_generate(model):
             # returns before, handing the streamer over itself)
             return frame.f_locals.get("streamer") if callable(frame.f_locals.get("custom_generate")) else None
     return None
-
-
-def _generated_lengths(generated: torch.LongTensor, generation_config: GenerationConfig) -> list[int]:
-    """Per row, the tokens up to and including its first EOS, or (for a row a criterion stopped before the longest)
-    those before the pad greedy appends after it; greedy appends pad only when there is an EOS to stop at, so without
-    one every token counts."""
-    eos = generation_config._eos_token_tensor
-    pad = generation_config._pad_token_tensor
-    if eos is None or generated.shape[1] == 0:
-        return [generated.shape[1]] * generated.shape[0]
-    ends = torch.full((generated.shape[0],), generated.shape[1], device=generated.device)
-    if pad is not None:
-        positions = torch.arange(1, generated.shape[1] + 1, device=generated.device)
-        ends = ((generated != pad.to(generated.device)) * positions).amax(dim=1)
-    is_eos = torch.isin(generated, eos.to(generated.device).flatten())
-    return torch.where(is_eos.any(dim=1), is_eos.float().argmax(dim=1) + 1, ends).tolist()
 
 
 def _acceptance_key(drafter):
@@ -588,5 +587,7 @@ def _generate_with_optional_drafter(self, *args, drafter=None, **kwargs):
     for name, ours in (("streamer", "token_streamer"), ("tokenizer", "stop_strings_tokenizer")):
         value = kwargs.pop(name, None)
         if value is not None:
+            if kwargs.get(ours) is not None:
+                raise ValueError(f"`{name}=` and `{ours}=` were both passed: pass it once, as `{name}=`.")
             kwargs[ours] = value
     return plain_generate(self, *args, custom_generate=speculative_generate, drafter=drafter, **kwargs)

@@ -44,7 +44,7 @@ from ..acceptance import (
     sample_proposal,
 )
 from ..drafting import Drafter
-from .aligned_rows import criteria_scores, stop_aligned
+from .aligned_rows import criteria_read_scores, criteria_scores, stop_aligned
 from .draft_length import DraftLengthSchedule, time_forward
 from .processor_gating import apply_to_every_position, is_position_independent, processors_acting_on
 from .proposal_checks import check_proposal, make_safe, raise_for_value_facts
@@ -211,6 +211,10 @@ def run_speculative_loop(
     # aligned rows: those finished so far (kept in the batch, appending pad), on the device and the host
     done = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
     done_list = [False] * input_ids.shape[0]
+    # the processed scores of the committed steps, one (rows, vocab_size) tensor each, as greedy hands criteria
+    # `scores`: kept only when a criterion may read them (with several rows, `output_scores` aligns the rows, so every
+    # step covers the whole batch)
+    score_history = () if config.output_scores and not simple and criteria_read_scores(stopping_criteria) else None
     if streamer is not None and stream_prompt:
         streamer.put(input_ids.cpu())
 
@@ -238,15 +242,14 @@ def run_speculative_loop(
         acting = processors_acting_on(logits_processor, batch.shortest, batch.longest + drafts.shape[1])
         scores, new_tokens, num_accepted = accept(logits, drafts, budgets, batch, acting, proposal_q, config)
         # 4. Stop
-        earlier = _earlier_scores(rows, config.vocab_size) if config.output_scores and not simple else None
         if config.aligned_rows:
             new_tokens, num_new, finished = stop_aligned(
-                new_tokens, num_accepted + 1, batch.committed, batch.longest, scores, earlier, stopping_criteria,
+                new_tokens, num_accepted + 1, batch.committed, batch.longest, scores, score_history, stopping_criteria,
                 done, config.max_length, config.pad_token_id,
             )  # fmt: skip
         else:
             num_new, finished = stop(
-                new_tokens, num_accepted + 1, batch, scores, earlier, stopping_criteria, simple, config
+                new_tokens, num_accepted + 1, batch, scores, score_history, stopping_criteria, simple, config
             )
         # 5. Commit: write the new tokens, read this iteration's outcome on the host (its one transfer), count
         # them, release finished rows, crop the verifier's cache
@@ -269,6 +272,8 @@ def run_speculative_loop(
         _count_iteration(stats, rows.active, outcome, done_list)
         if rows.recorded is not None:
             _record_scores(rows, outcome.num_new, scores, logits)
+        if score_history is not None:  # every row appended as many tokens (aligned rows, or a single row)
+            score_history += tuple(scores[:, : outcome.num_new[0]].unbind(1))
         if config.aligned_rows:  # rows leave together, when the last one finishes
             done, done_list = finished, outcome.finished
             if not all(done_list):
@@ -607,7 +612,7 @@ def stop(
     num_new: torch.LongTensor,
     batch: ActiveBatch,
     scores: torch.FloatTensor,
-    earlier_scores: list[torch.FloatTensor] | None,
+    score_history: tuple[torch.FloatTensor, ...] | None,
     stopping_criteria: StoppingCriteriaList,
     simple_stopping: bool,
     config: SpeculativeLoopConfig,
@@ -622,8 +627,8 @@ def stop(
         new_tokens (`torch.LongTensor` of shape `(rows, k + 1)`), num_new (`torch.LongTensor` of shape `(rows,)`):
             The tokens the row would append and how many.
         scores (`torch.FloatTensor` of shape `(rows, k + 1, vocab_size)`): The processed scores.
-        earlier_scores (`list[torch.FloatTensor]`, *optional*): Per row, the processed scores of its earlier
-            generated tokens `(steps, vocab_size)`, with `output_scores`; criteria read them with this iteration's.
+        score_history (`tuple[torch.FloatTensor]`, *optional*): The processed scores of the earlier generated
+            tokens, one `(rows, vocab_size)` tensor per step, when criteria read them (greedy hands them so).
 
     Returns:
         `num_new` `(rows,)`, cut at a stop, and `finished` `(rows,)`.
@@ -636,7 +641,7 @@ def stop(
         batch.committed,
         batch.lengths,
         scores,
-        earlier_scores,
+        score_history,
         stopping_criteria,
         config.pad_token_id,
     )
@@ -664,7 +669,7 @@ def _stop_by_criteria(
     committed: torch.LongTensor,
     lengths: torch.LongTensor,
     scores: torch.FloatTensor,
-    earlier_scores: list[torch.FloatTensor] | None,
+    score_history: tuple[torch.FloatTensor, ...] | None,
     stopping_criteria: StoppingCriteriaList,
     pad: int,
 ) -> tuple[torch.LongTensor, torch.BoolTensor]:
@@ -684,22 +689,15 @@ def _stop_by_criteria(
         for length in candidate_lengths.unique().tolist():
             group = (candidate_lengths == length).nonzero().squeeze(1)
             rows_in_group = candidates[group]
+            # the history's rows are the batch's (a single row here, or aligned rows): index it only for a subset
+            local_rows = None if rows_in_group.numel() == rows else rows_in_group
             stop[group] = stopping_criteria(
-                extended[rows_in_group, :length], criteria_scores(earlier_scores, rows_in_group, scores, position)
+                extended[rows_in_group, :length], criteria_scores(score_history, scores, position, local_rows)
             )
         stopped = candidates[stop]
         finished[stopped] = True
         num_new[stopped] = position + 1
     return num_new, finished
-
-
-def _earlier_scores(rows: Rows, vocab_size: int) -> list[torch.FloatTensor]:
-    """Per active row, the processed scores recorded for its generated tokens, `(steps, vocab_size)`."""
-    earlier = []
-    for row in rows.active:
-        chunks = [chunk[0] for chunk in rows.recorded[row]]
-        earlier.append(torch.cat(chunks) if chunks else rows.sequences.new_zeros((0, vocab_size), dtype=torch.float))
-    return earlier
 
 
 def commit(

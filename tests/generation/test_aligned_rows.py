@@ -13,9 +13,14 @@ from conftest import VOCAB_SIZE, build_verifier, generate_with_drafter, make_sou
 from oracle_drafters import OracleDrafter, RandomDrafter
 from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 from transformers.generation.logits_process import NoRepeatNGramLogitsProcessor
-from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
+from transformers.generation.stopping_criteria import (
+    ConfidenceCriteria,
+    EosTokenCriteria,
+    MaxLengthCriteria,
+    MaxTimeCriteria,
+)
 
-from specdec_hf.generation.aligned_rows import needs_aligned_rows, reads_row_index
+from specdec_hf.generation.aligned_rows import criteria_read_scores, needs_aligned_rows, reads_row_index
 
 GREEDY = dict(do_sample=False, num_beams=1)
 
@@ -183,3 +188,12 @@ def test_a_criterion_reads_scores_as_greedy_hands_them(batch_size, output_scores
             torch.testing.assert_close(ours, theirs)
         else:
             assert ours is None and theirs is None
+
+
+def test_which_criteria_are_handed_the_score_history():
+    """The loop keeps the scores of every step only for criteria that may read them: not for transformers' length,
+    EOS and time criteria, for its confidence criterion and for a user's."""
+    own = [EosTokenCriteria(2), MaxLengthCriteria(20), MaxTimeCriteria(60.0)]
+    assert not criteria_read_scores(StoppingCriteriaList(own))
+    assert criteria_read_scores(StoppingCriteriaList([*own, ConfidenceCriteria(0.5)]))
+    assert criteria_read_scores(StoppingCriteriaList([*own, StopAfterStepsRecordingScores()]))

@@ -7,6 +7,7 @@ import torch
 from conftest import VOCAB_SIZE, build_verifier, make_source_batch
 from oracle_drafters import RandomDrafter
 from transformers import GPT2Config, GPT2LMHeadModel
+from transformers.generation.streamers import BaseStreamer
 
 from specdec_hf import SpecDrafterModel, enable_speculative_decoding, speculative_generate
 
@@ -78,8 +79,10 @@ def test_enabled_model_rejects_misplaced_arguments(bart, inputs):
     enable_speculative_decoding(bart)
     with pytest.raises(ValueError, match="only apply with a `drafter`"):
         bart.generate(**inputs, beta=3)
-    with pytest.raises(ValueError, match="batch size 1"):
+    with pytest.raises(ValueError, match="A streamer needs `put\\(\\)` and `end\\(\\)`"):
         bart.generate(**inputs, drafter=RandomDrafter(VOCAB_SIZE), streamer=object(), max_new_tokens=3)
+    with pytest.raises(ValueError, match="batch size 1"):
+        bart.generate(**inputs, drafter=RandomDrafter(VOCAB_SIZE), streamer=BaseStreamer(), max_new_tokens=3)
     with pytest.raises(ValueError, match="custom_generate=speculative_generate"):
         bart.generate(**inputs, drafter=RandomDrafter(VOCAB_SIZE), custom_generate=lambda *a, **k: None)
     with pytest.raises(ValueError, match="`num_draft_tokens` must be at most the drafter's 4"):

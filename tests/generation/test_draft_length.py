@@ -290,9 +290,11 @@ def test_plain_calls_are_compared_at_the_cost_they_were_measured_at():
     assert table.plain_step == 1.5 and schedule.drafts_this_call(1)
 
 
-def test_a_plain_call_streams_the_prompt_first_as_the_loop_does(clock):
-    """transformers gives a custom_generate callable's streamer nothing: the plain call puts the prompt itself, so
-    that `skip_prompt` streamers drop the prompt, not the first generated token."""
+@pytest.mark.parametrize("name", ["token_streamer", "streamer"])
+def test_a_plain_call_streams_the_prompt_first_as_the_loop_does(clock, name):
+    """transformers gives a custom_generate callable's streamer nothing: the plain call puts the prompt itself
+    (`token_streamer=`), or generate() has (`streamer=`), so that `skip_prompt` streamers drop the prompt, not the
+    first generated token."""
     model = build_verifier("bart")
     inputs = make_source_batch(1, seed=4, pad_token_id=model.config.pad_token_id)
     reference = model.generate(**inputs, **GREEDY, max_new_tokens=20)
@@ -301,18 +303,18 @@ def test_a_plain_call_streams_the_prompt_first_as_the_loop_does(clock):
 
     class Recorder:
         def __init__(self):
-            self.puts, self.ended = [], False
+            self.puts, self.ended = [], 0
 
         def put(self, value):
             self.puts.append(value.tolist())
 
         def end(self):
-            self.ended = True
+            self.ended += 1
 
     recorder = Recorder()
-    output = _generate_auto(model, inputs, drafter, max_new_tokens=20, token_streamer=recorder)
+    output = _generate_auto(model, inputs, drafter, max_new_tokens=20, **{name: recorder})
     assert output.speculative_stats.drafter_calls == 0  # the plain path
-    assert recorder.puts[0] == reference[:, :1].tolist() and recorder.ended
+    assert recorder.puts[0] == reference[:, :1].tolist() and recorder.ended == 1
     streamed = [token for put in recorder.puts[1:] for token in (put if isinstance(put, list) else [put])]
     assert streamed == reference[0, 1:].tolist()
 
@@ -324,16 +326,22 @@ class StopAtRowLimit(StoppingCriteria):
         return input_ids.shape[1] >= 6 + 4 * torch.arange(input_ids.shape[0], device=input_ids.device)
 
 
-def test_a_plain_call_counts_a_row_stopped_without_eos_up_to_its_stop(clock):
+@pytest.mark.parametrize("eos", ["unwritten", "pad"])
+def test_a_plain_call_counts_a_row_stopped_without_eos_up_to_its_stop(clock, eos):
     """A row a criterion stops before the longest gets pad after its stop, as greedy appends it: the statistics
-    count the tokens it generated, not that padding."""
+    count the tokens it generated, not that padding, also where pad is the EOS token (the padding then reads as an
+    EOS the row wrote)."""
     model = build_verifier("bart")
     inputs = make_source_batch(3, seed=4, pad_token_id=model.config.pad_token_id)
     criteria = StoppingCriteriaList([StopAtRowLimit()])
     # an EOS no row writes (greedy pads a finished row only when it has an EOS): rows end by the criterion alone
     model.generation_config.eos_token_id = None
-    written = model.generate(**inputs, **GREEDY, max_new_tokens=30, stopping_criteria=criteria)
-    model.generation_config.eos_token_id = next(t for t in range(3, VOCAB_SIZE) if t not in written.flatten().tolist())
+    written = model.generate(**inputs, **GREEDY, max_new_tokens=30, stopping_criteria=criteria).flatten().tolist()
+    if eos == "pad":
+        assert model.config.pad_token_id not in written
+        model.generation_config.eos_token_id = model.config.pad_token_id
+    else:
+        model.generation_config.eos_token_id = next(t for t in range(3, VOCAB_SIZE) if t not in written)
     reference = model.generate(**inputs, **GREEDY, max_new_tokens=30, stopping_criteria=criteria)
     assert (reference[0, 6:] == model.config.pad_token_id).all()  # greedy padded the first row after its stop
     drafter = SlowWrongDrafter(reference, VOCAB_SIZE, 4, "wrong", clock=clock)

@@ -87,15 +87,38 @@ def test_text_iterator_streamer_yields_the_decoded_output(setup, route, num_draf
     assert streamed.strip() == tokenizer.decode(reference[0], skip_special_tokens=True).strip()
 
 
-def test_two_streamers_are_refused(setup):
+@pytest.mark.parametrize("route", ["custom_generate", "enabled"])
+def test_two_streamers_are_refused_and_both_ended(setup, route):
+    """Both routes refuse `streamer=` with `token_streamer=` (the opt-in used to keep one silently), and a refused
+    call ends the streamers it was given, so that a consumer iterating one does not wait forever."""
     model, _, inputs, reference = setup
     drafter = OracleDrafter(reference, VOCAB_SIZE, num_draft_tokens=4, accuracy="half")
-    with pytest.raises(ValueError, match="pass the streamer once"):
+    streamers = RecordingStreamer(), RecordingStreamer()
+    kwargs = {"drafter": drafter, "max_new_tokens": 20, "streamer": streamers[0], "token_streamer": streamers[1]}
+    if route == "enabled":
+        enable_speculative_decoding(model)
+        match = "pass it once"
+    else:
+        kwargs["custom_generate"] = speculative_generate
+        match = "pass the streamer once"
+    with pytest.raises(ValueError, match=match):
+        model.generate(**inputs, **kwargs)
+    if route == "custom_generate":  # refused inside the call, after generate() put the prompt to `streamer=`
+        assert [streamer.ended for streamer in streamers] == [1, 1]
+
+
+@pytest.mark.parametrize("name", ["streamer", "token_streamer"])
+def test_a_refused_call_ends_its_streamer(setup, name):
+    """A call refused after generate() has handed over (here: a streamer with two rows) ends the streamer."""
+    model, _, inputs, reference = setup
+    drafter = OracleDrafter(reference, VOCAB_SIZE, num_draft_tokens=4, accuracy="half")
+    streamer = RecordingStreamer()
+    with pytest.raises(ValueError, match="A streamer needs batch size 1"):
         model.generate(
-            **inputs,
+            input_ids=inputs["input_ids"].repeat(2, 1),
             max_new_tokens=20,
             custom_generate=speculative_generate,
             drafter=drafter,
-            streamer=RecordingStreamer(),
-            token_streamer=RecordingStreamer(),
+            **{name: streamer},
         )
+    assert streamer.ended == 1
