@@ -10,7 +10,9 @@ signature both ways, alone and with its weight warm in the caches, at a few row 
 k + 1 per verification, more with batches), and keeps it prepacked from the smallest measured row count from which
 oneDNN wins at every larger measured count; calls with fewer rows take `nn.Linear`'s kernel (also at a smaller count
 where oneDNN happened to win), calls with more rows than the last measured count follow its choice, and a signature
-where oneDNN does not win at the last count goes back to `nn.Linear`.
+where oneDNN does not win at the last count goes back to `nn.Linear`. Float32 layers whose weights hold float16 values
+only are measured on FBGEMM's float16-weight kernel as well (`PrepackedLinear.kernel`); of the packed kernels that
+win, a signature keeps the one whose calls cost least over the measured row counts (`nn.Linear`'s below its rows).
 """
 
 from __future__ import annotations
@@ -23,14 +25,14 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .prepacked_linear import PrepackedLinear, _onednn_operators, prepack_linear_layers
+from .prepacked_linear import FP16_WEIGHTS, ONEDNN, PrepackedLinear, _onednn_operators, prepack_linear_layers
 
 __all__ = ["DEFAULT_ROWS", "KernelChoice", "kernel_choices_to_json", "prepack_where_faster"]
 
 # a greedy step, verifications of k = 1, 4 and 8, and batched calls (the rows of every call are batch x positions)
 DEFAULT_ROWS = (1, 2, 5, 9, 16, 32)
 
-# (layer, rows) -> (seconds per call of nn.Linear's kernel, seconds per call of the prepacked one)
+# (layer, rows) -> (seconds per call of nn.Linear's kernel, seconds per call of the layer's packed `kernel`)
 Measure = Callable[[PrepackedLinear, int], tuple[float, float]]
 
 
@@ -42,9 +44,11 @@ class KernelChoice:
         in_features, out_features (`int`), bias (`bool`), dtype (`torch.dtype`): The signature.
         num_layers (`int`): How many of the model's layers have it.
         rows (`tuple[int]`): The row counts measured.
-        plain_seconds, prepacked_seconds (`tuple[float]`): Seconds per call at each row count (empty when nothing
-            was measured: no oneDNN operators here, a dtype they do not serve, or a layer they would not run).
+        plain_seconds, prepacked_seconds (`tuple[float]`): Seconds per call at each row count of `nn.Linear`'s
+            kernel and of the chosen packed kernel (empty when nothing was measured: no packed kernel here for the
+            layer's dtype, or a layer none would run).
         min_rows (`int` or `None`): Prepacked from this many rows on; `None`: the layers are `nn.Linear` again.
+        kernel (`str` or `None`): The packed kernel (`"onednn"` or `"fp16_weights"`); `None` with `min_rows`.
     """
 
     in_features: int
@@ -56,11 +60,13 @@ class KernelChoice:
     plain_seconds: tuple[float, ...]
     prepacked_seconds: tuple[float, ...]
     min_rows: int | None
+    kernel: str | None = None
 
     def describe(self) -> str:
         """One line: the signature, the layer count and the choice."""
         if self.min_rows is not None:
-            choice = f"prepacked from {self.min_rows} row(s)"
+            name = "float16 weights (FBGEMM)" if self.kernel == FP16_WEIGHTS else "prepacked for oneDNN"
+            choice = f"{name} from {self.min_rows} row(s)"
         else:
             choice = "nn.Linear" + ("" if self.plain_seconds else " (not measured: no oneDNN path for it here)")
         dtype = str(self.dtype).removeprefix("torch.")
@@ -79,6 +85,7 @@ class KernelChoice:
             "plain_us": [round(seconds * 1e6, 2) for seconds in self.plain_seconds],
             "prepacked_us": [round(seconds * 1e6, 2) for seconds in self.prepacked_seconds],
             "min_rows": self.min_rows,
+            "kernel": self.kernel,
         }
 
 
@@ -128,33 +135,60 @@ def prepack_where_faster(
     # every signature decided before any layer changes: a measurement that raises leaves the model as prepacked
     decided = [(key, layers, *_measure_signature(layers[0], rows, measure)) for key, layers in groups.items()]
     choices = []
-    for (in_features, out_features, bias, dtype), layers, plain, prepacked, min_rows in decided:
+    for (in_features, out_features, bias, dtype), layers, plain, prepacked, min_rows, kernel in decided:
         for layer in layers:
             if min_rows is None:
                 layer.to_linear()
             else:
-                layer.min_rows = min_rows
+                layer.min_rows, layer.kernel = min_rows, kernel
         choices.append(
-            KernelChoice(in_features, out_features, bias, dtype, len(layers), rows, plain, prepacked, min_rows)
+            KernelChoice(in_features, out_features, bias, dtype, len(layers), rows, plain, prepacked, min_rows, kernel)
         )
     return choices
 
 
 def _measure_signature(
     layer: PrepackedLinear, rows: tuple[int, ...], measure: Measure
-) -> tuple[tuple[float, ...], tuple[float, ...], int | None]:
-    """Both kernels' seconds per call at each row count and the chosen `min_rows`; nothing measured (and `None`)
-    where the prepacked path would not run this layer, before or after the measurement."""
+) -> tuple[tuple[float, ...], tuple[float, ...], int | None, str | None]:
+    """`nn.Linear`'s and the chosen packed kernel's seconds per call at each row count, the chosen `min_rows` and
+    kernel; nothing measured (and `None`) where no packed kernel would run this layer, before or after the
+    measurement. Each kernel that runs the layer is measured (oneDNN, then float16 weights); of those that win at
+    the last count, the one costing least over the measured counts is chosen (oneDNN on a tie)."""
+    measured = []
+    with torch.inference_mode():  # as evaluate.py decodes
+        for kernel in [kernel for kernel in (ONEDNN, FP16_WEIGHTS) if _runs(layer, kernel)]:
+            layer.kernel = kernel
+            seconds = [measure(layer, count) for count in rows]
+            measured.append((kernel, tuple(s[0] for s in seconds), tuple(s[1] for s in seconds)))
+        layer.kernel = ONEDNN
+        # a kernel whose operator failed on a real call meanwhile runs no layer now
+        measured = [entry for entry in measured if _runs(layer, entry[0])]
+    if not measured:
+        return (), (), None, None
+    best = None
+    for kernel, plain, packed in measured:
+        min_rows = _first_of_winning_tail(rows, plain, packed)
+        if min_rows is None:
+            continue
+        cost = sum(p if count < min_rows else k for count, p, k in zip(rows, plain, packed, strict=True))
+        if best is None or cost < best[0]:
+            best = (cost, kernel, plain, packed, min_rows)
+    if best is None:  # no packed kernel wins: report the first measured
+        kernel, plain, packed = measured[0]
+        return plain, packed, None, None
+    _, kernel, plain, packed, min_rows = best
+    return plain, packed, min_rows, kernel
+
+
+def _runs(layer: PrepackedLinear, kernel: str) -> bool:
+    """Whether `kernel` would compute `layer` (on a one-row input of its dtype, without gradients)."""
+    if kernel == FP16_WEIGHTS:
+        return layer.takes_fp16_weights() and PrepackedLinear._takes_prepacked_path(
+            torch.zeros(1, layer.in_features), layer.weight, layer.bias, (torch.float32,)
+        )
     operators = _onednn_operators()
     sample = torch.zeros(1, layer.in_features, dtype=layer.weight.dtype)
-    with torch.inference_mode():  # as evaluate.py decodes
-        if operators is None or not layer._takes_prepacked_path(sample, layer.weight, layer.bias, operators.dtypes):
-            return (), (), None
-        seconds = [measure(layer, count) for count in rows]
-    if _onednn_operators() is None:  # an operator failed on a real call meanwhile: every layer falls back now
-        return (), (), None
-    plain, prepacked = tuple(s[0] for s in seconds), tuple(s[1] for s in seconds)
-    return plain, prepacked, _first_of_winning_tail(rows, plain, prepacked)
+    return operators is not None and layer._takes_prepacked_path(sample, layer.weight, layer.bias, operators.dtypes)
 
 
 def _first_of_winning_tail(

@@ -7,6 +7,13 @@ rows of a verification, where the BLAS kernel's grows with the rows. Whether it 
 each oneDNN call carries a fixed cost that makes small layers slower than PyTorch's own kernel, and prepacking every
 layer slows greedy decoding (`benchmarks/bench_prepacked_linear.py`; figures in docs/RESULTS.md).
 `prepack_where_faster` (linear_kernel_selection.py) keeps only the layers and row counts where it is measured faster.
+
+A second packed kernel serves float32 layers whose weights are float16 values (a checkpoint shipped in float16 and
+loaded in float32, as the demo pair is): FBGEMM's float16 GEMM (`torch.ops.quantized.linear_dynamic_fp16`, the kernel
+of `torch.ao.quantization.quantize_dynamic(..., dtype=torch.float16)`) reads the weight packed in float16, half the
+bytes, and multiplies in float32, so its results match `nn.Linear`'s up to summation order, as oneDNN's do. It is
+chosen per layer (`PrepackedLinear.kernel`) by `prepack_where_faster` where measured faster; a weight that is not
+exactly float16 values never takes it.
 Intel's extension for PyTorch (`ipex.optimize`) and torch.compile's CPU freezing pass prepack weights too; this
 module does only that, with oneDNN operators PyTorch ships (`torch.ops.mkldnn`, private to PyTorch: resolved lazily
 and only where oneDNN is built in), for models run eagerly by `generate()`.
@@ -32,7 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["PrepackedLinear", "prepack_linear_layers"]
+__all__ = ["FP16_WEIGHTS", "ONEDNN", "PrepackedLinear", "prepack_linear_layers"]
 
 
 class _OneDNNOperators(NamedTuple):
@@ -84,6 +91,42 @@ def _probe_onednn_operators() -> _OneDNNOperators | None:
     return operators
 
 
+class _Fp16WeightOperators(NamedTuple):
+    """FBGEMM's float16-weight linear operators (public, those `quantize_dynamic` uses)."""
+
+    prepack: Callable  # (float32 weight with float16 values, float32 bias or None) -> packed weight and bias
+    linear: Callable  # (float32 input, packed) -> float32 output
+
+
+_fp16_operators: _Fp16WeightOperators | None | object = _UNPROBED
+
+
+def _fp16_weight_operators() -> _Fp16WeightOperators | None:
+    """The FBGEMM operators, tried on first use on a tiny layer; None where FBGEMM is not built in or they fail."""
+    global _fp16_operators
+    if _fp16_operators is _UNPROBED:
+        _fp16_operators = _probe_fp16_weight_operators()
+    return _fp16_operators
+
+
+def _probe_fp16_weight_operators() -> _Fp16WeightOperators | None:
+    if "fbgemm" not in torch.backends.quantized.supported_engines:
+        return None
+    try:
+        operators = _Fp16WeightOperators(
+            torch.ops.quantized.linear_prepack_fp16, torch.ops.quantized.linear_dynamic_fp16
+        )
+        generator = torch.Generator().manual_seed(0)
+        weight, bias, inputs = (torch.randn(shape, generator=generator) for shape in ((3, 4), 3, (2, 4)))
+        weight = weight.half().float()
+        output = operators.linear(inputs, operators.prepack(weight, bias))
+        torch.testing.assert_close(output, F.linear(inputs, weight, bias), rtol=1e-4, atol=1e-4)
+    except Exception as err:  # an operator missing or failing in this build
+        _warn_fallback(err, "FBGEMM's float16-weight operators")
+        return None
+    return operators
+
+
 def _disable_after_failure(err: Exception) -> None:
     """A layer's call failed where the probe passed: warn once, and every layer takes `nn.Linear`'s path."""
     global _operators
@@ -92,9 +135,17 @@ def _disable_after_failure(err: Exception) -> None:
     _operators = None
 
 
-def _warn_fallback(err: Exception) -> None:
+def _disable_fp16_weights_after_failure(err: Exception) -> None:
+    """As `_disable_after_failure`, for the float16-weight kernel."""
+    global _fp16_operators
+    if _fp16_operators is not None:
+        _warn_fallback(err, "FBGEMM's float16-weight operators")
+    _fp16_operators = None
+
+
+def _warn_fallback(err: Exception, operators: str = "PyTorch's private oneDNN operators") -> None:
     warnings.warn(
-        f"PrepackedLinear: PyTorch's private oneDNN operators for prepacked linear layers are missing or failed here "
+        f"PrepackedLinear: {operators} for prepacked linear layers are missing or failed here "
         f"({type(err).__name__}: {err}); the layers run nn.Linear's own computation instead (same results, without "
         "the speed-up).",
         RuntimeWarning,
@@ -102,8 +153,16 @@ def _warn_fallback(err: Exception) -> None:
     )
 
 
+ONEDNN = "onednn"
+FP16_WEIGHTS = "fp16_weights"
+
+
 class PrepackedLinear(nn.Linear):
-    """An `nn.Linear` whose CPU inference uses a copy of its weight reordered once for oneDNN.
+    """An `nn.Linear` whose CPU inference uses a copy of its weight packed once for a faster kernel.
+
+    The kernel is the attribute `kernel`: `"onednn"` (the default: the weight reordered for oneDNN, float32 and
+    bfloat16) or `"fp16_weights"` (FBGEMM's float16 GEMM, for float32 layers whose weight holds float16 values only;
+    a weight with any other value runs `nn.Linear`'s computation; chosen by `prepack_where_faster`).
 
     `prepack_linear_layers` turns a model's `nn.Linear` layers into this class in place (same objects, parameters,
     hooks and attributes); `from_linear` builds a new one sharing a layer's parameters; the constructor is
@@ -121,6 +180,7 @@ class PrepackedLinear(nn.Linear):
 
     # calls with fewer rows take nn.Linear's kernel (a class default too, for layers pickled before it existed)
     min_rows: int = 1
+    kernel: str = ONEDNN
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -137,7 +197,7 @@ class PrepackedLinear(nn.Linear):
     def to_linear(self) -> None:
         """Turn this layer back into the plain `nn.Linear` it was, in place: same object, parameters and hooks; its
         packed copy and `min_rows` dropped."""
-        for name in ("_packed", "_packed_source", "_packed_key", "min_rows"):
+        for name in ("_packed", "_packed_source", "_packed_key", "min_rows", "kernel"):
             self.__dict__.pop(name, None)
         self.__class__ = nn.Linear
 
@@ -155,6 +215,8 @@ class PrepackedLinear(nn.Linear):
         # runs for every linear of every decoding step: each parameter is read once (nn.Module's attribute lookup
         # of parameters is slow)
         weight, bias = self.weight, self.bias
+        if self.kernel == FP16_WEIGHTS:
+            return self._fp16_weights_forward(input, weight, bias)
         operators = _onednn_operators()
         if (
             operators is None
@@ -168,6 +230,52 @@ class PrepackedLinear(nn.Linear):
             output = F.linear(input, weight, bias)  # a bad input raises here, as it does in nn.Linear
             _disable_after_failure(err)  # the input was fine: the operator is at fault
             return output
+
+    def _fp16_weights_forward(
+        self, input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+    ) -> torch.Tensor:
+        operators = _fp16_weight_operators()
+        if (
+            operators is None
+            or input.numel() < self.min_rows * self.in_features
+            or not self._takes_prepacked_path(input, weight, bias, (torch.float32,))
+        ):
+            return F.linear(input, weight, bias)
+        packed = self._packed_fp16_weight(weight, bias, operators)
+        if packed is None:  # a weight value float16 cannot hold: the kernel would not compute this layer
+            return F.linear(input, weight, bias)
+        try:
+            return operators.linear(input, packed)
+        except RuntimeError as err:
+            output = F.linear(input, weight, bias)  # a bad input raises here, as it does in nn.Linear
+            _disable_fp16_weights_after_failure(err)
+            return output
+
+    def takes_fp16_weights(self) -> bool:
+        """Whether the `"fp16_weights"` kernel can compute this layer exactly: float32 parameters on the CPU, the
+        weight's values all float16 values, and FBGEMM's operators here."""
+        weight, bias = self.weight, self.bias
+        if _fp16_weight_operators() is None or weight.dtype != torch.float32 or weight.device.type != "cpu":
+            return False
+        if weight.numel() == 0 or (bias is not None and bias.dtype != torch.float32):
+            return False
+        with torch.no_grad():
+            return bool(torch.equal(weight.to(torch.float16).to(torch.float32), weight))
+
+    def _packed_fp16_weight(
+        self, weight: torch.Tensor, bias: torch.Tensor | None, operators: _Fp16WeightOperators
+    ) -> torch.Tensor | None:
+        key = (FP16_WEIGHTS, weight.data_ptr(), weight.shape, weight.stride(), weight._version)
+        if bias is not None:
+            key += (bias.data_ptr(), bias._version)
+        if self._packed_key != key:
+            exact = self.takes_fp16_weights()
+            self._packed = (
+                operators.prepack(weight.detach(), None if bias is None else bias.detach()) if exact else None
+            )
+            self._packed_source = (weight.detach(), None if bias is None else bias.detach())
+            self._packed_key = key
+        return self._packed
 
     @staticmethod
     def _takes_prepacked_path(
@@ -186,7 +294,7 @@ class PrepackedLinear(nn.Linear):
         return not torch.is_autocast_enabled("cpu") and torch.backends.mkldnn.enabled  # no autocast rule either
 
     def _packed_weight(self, weight: torch.Tensor, operators: _OneDNNOperators) -> torch.Tensor:
-        key = (weight.data_ptr(), weight.shape, weight.stride(), weight.dtype, weight._version)
+        key = (ONEDNN, weight.data_ptr(), weight.shape, weight.stride(), weight.dtype, weight._version)
         if self._packed_key != key:
             self._packed = operators.reorder_linear_weight(weight.detach(), None)
             self._packed_source = weight.detach()
@@ -205,7 +313,9 @@ class PrepackedLinear(nn.Linear):
         return state
 
     def extra_repr(self) -> str:
-        return super().extra_repr() + ", prepacked for oneDNN"
+        return super().extra_repr() + (
+            ", float16 weights (FBGEMM)" if self.kernel == FP16_WEIGHTS else ", prepacked for oneDNN"
+        )
 
 
 def prepack_linear_layers(model: nn.Module) -> nn.Module:
@@ -249,9 +359,10 @@ def prepack_linear_layers(model: nn.Module) -> nn.Module:
     for _, layer in layers:
         layer.__class__ = PrepackedLinear
         layer.reset_packed()
-    for module in model.modules():  # every row count, also where `prepack_where_faster` chose fewer before
+    for module in model.modules():  # every row count on oneDNN, also where `prepack_where_faster` chose otherwise
         if type(module) is PrepackedLinear:
             module.min_rows = 1
+            module.kernel = ONEDNN
     return model
 
 

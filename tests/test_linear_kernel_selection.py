@@ -211,3 +211,74 @@ def test_layers_the_prepacked_path_would_not_run_are_not_measured():
     assert all(type(layer) is nn.Linear for layer in _linears(model))
     assert all("not measured" in choice.describe() for choice in choices)
     assert choices[0].to_dict()["plain_us"] == [] and choices[0].to_dict()["min_rows"] is None
+
+
+def _float16_valued(model: nn.Module) -> nn.Module:
+    """`model` with every parameter rounded to float16 values, kept in float32 (a float16 checkpoint loaded so)."""
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.copy_(parameter.half().float())
+    return model
+
+
+def _measure_by_kernel(seconds: dict[str, float], calls: list | None = None):
+    """A measurement where `nn.Linear` takes 2.0 s a call and each packed kernel what `seconds` names."""
+
+    def measure(layer, rows):
+        if calls is not None:
+            calls.append(layer.kernel)
+        return 2.0, seconds[layer.kernel]
+
+    return measure
+
+
+@pytest.fixture
+def fp16_weights_here():
+    if prepacked_linear_module._fp16_weight_operators() is None:
+        pytest.skip("FBGEMM's float16-weight operators do not run here")
+
+
+def test_float16_valued_layers_keep_the_packed_kernel_measured_cheaper(fp16_weights_here):
+    model = _float16_valued(_model())
+    reference = copy.deepcopy(model)
+    choices = prepack_where_faster(model, rows=ROWS, measure=_measure_by_kernel({"onednn": 1.5, "fp16_weights": 1.0}))
+    assert [(choice.kernel, choice.min_rows) for choice in choices] == [("fp16_weights", 1)] * 2
+    assert all(layer.kernel == "fp16_weights" for layer in _linears(model))
+    assert "float16 weights (FBGEMM) from 1 row(s)" in choices[0].describe()
+    assert choices[0].to_dict()["kernel"] == "fp16_weights" and choices[0].prepacked_seconds == (1.0,) * len(ROWS)
+    inputs = torch.randn(3, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(model(inputs), reference(inputs), rtol=1e-5, atol=1e-5)
+    if _prepacked_here(torch.float32):  # and oneDNN where it is the cheaper one
+        choices = prepack_where_faster(
+            model, rows=ROWS, measure=_measure_by_kernel({"onednn": 1.0, "fp16_weights": 1.5})
+        )
+        assert [choice.kernel for choice in choices] == ["onednn"] * 2
+        assert all(layer.kernel == "onednn" for layer in _linears(model))
+
+
+def test_only_float16_valued_weights_are_measured_on_the_fp16_kernel(fp16_weights_here):
+    calls = []
+    choices = prepack_where_faster(_model(), rows=ROWS, measure=_measure_by_kernel({"onednn": 1.0}, calls))
+    assert "fp16_weights" not in calls
+    assert all(choice.kernel in (None, "onednn") for choice in choices)
+
+
+def test_beta_one_equals_greedy_on_float16_weight_kernels(family, fp16_weights_here):
+    """Every linear call of both models on FBGEMM's float16-weight kernel: β=1 is still greedy's output."""
+    verifier = _float16_valued(build_verifier(family).eval())
+    torch.manual_seed(0)
+    drafter = SpecDrafterModel.from_verifier(
+        verifier, max_draft_tokens=4, decoder_layers=1, prefix_attention="causal", verifier_state_layers=[-1]
+    ).eval()
+    measure = _measure_by_kernel({"onednn": 3.0, "fp16_weights": 1.0})
+    for model in (verifier, _float16_valued(drafter)):
+        choices = prepack_where_faster(model, rows=ROWS, measure=measure)
+        assert {choice.kernel for choice in choices} == {"fp16_weights"}
+    inputs = make_source_batch(3, pad_token_id=verifier.config.pad_token_id)
+    greedy = verifier.generate(**inputs, do_sample=False, max_new_tokens=20)
+    output = verifier.generate(
+        **inputs, do_sample=False, max_new_tokens=20, num_draft_tokens=4, custom_generate=speculative_generate,
+        drafter=drafter,
+    )  # fmt: skip
+    assert torch.equal(output, greedy)

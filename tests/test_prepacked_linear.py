@@ -293,3 +293,104 @@ def test_beta_one_on_prepacked_models_equals_greedy_on_the_same_model(family, ba
     assert torch.equal(output, greedy)
     for model in (verifier, drafter):  # the oneDNN path ran (a packed copy exists), not only nn.Linear's fallback
         assert any(m._packed is not None for m in model.modules() if isinstance(m, PrepackedLinear))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the float16-weight kernel (FBGEMM)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def counted_fp16_calls(monkeypatch):
+    """How many calls took FBGEMM's float16-weight kernel (the operator wrapped, its results kept)."""
+    operators = prepacked_linear_module._fp16_weight_operators()
+    if operators is None:
+        pytest.skip("FBGEMM's float16-weight operators do not run here")
+    calls = []
+
+    def counting(inputs, packed):
+        calls.append(inputs.shape)
+        return operators.linear(inputs, packed)
+
+    monkeypatch.setattr(prepacked_linear_module, "_fp16_operators", operators._replace(linear=counting))
+    return calls
+
+
+def _fp16_valued_pair(bias: bool = True) -> tuple[nn.Linear, PrepackedLinear]:
+    linear, packed = _pair(torch.float32, bias)
+    with torch.no_grad():
+        for parameter in linear.parameters():
+            parameter.copy_(parameter.half().float())
+    packed.kernel = prepacked_linear_module.FP16_WEIGHTS
+    return linear, packed
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("shape", [(1, 48), (5, 48), (2, 7, 48)])
+def test_fp16_weights_match_nn_linear_on_float16_valued_weights(counted_fp16_calls, shape, bias):
+    """Float32 inputs, float16-valued weights: nn.Linear's results up to summation order, also on a strided view."""
+    linear, packed = _fp16_valued_pair(bias)
+    inputs, strided = torch.randn(shape), torch.randn(4, 96)[:, ::2]
+    with torch.no_grad():
+        torch.testing.assert_close(packed(inputs), linear(inputs), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(packed(strided), linear(strided), rtol=1e-5, atol=1e-5)
+    assert len(counted_fp16_calls) == 2 and packed.takes_fp16_weights()
+
+
+def test_fp16_weights_never_round_a_weight(counted_fp16_calls):
+    """A weight value float16 cannot hold keeps nn.Linear's computation, bitwise, also after an in-place change
+    makes a float16-valued weight inexact (and the other way round)."""
+    linear, packed = _pair(torch.float32)
+    packed.kernel = prepacked_linear_module.FP16_WEIGHTS
+    inputs = torch.randn(3, 48)
+    with torch.no_grad():
+        assert not packed.takes_fp16_weights() and torch.equal(packed(inputs), linear(inputs))
+        assert counted_fp16_calls == []
+        linear.weight.copy_(linear.weight.half().float())  # shared: now float16-valued
+        torch.testing.assert_close(packed(inputs), linear(inputs), rtol=1e-5, atol=1e-5)
+        assert len(counted_fp16_calls) == 1
+        linear.weight.add_(1e-4)  # inexact again: repacked, so the kernel is left
+        assert torch.equal(packed(inputs), linear(inputs)) and len(counted_fp16_calls) == 1
+        linear.bias.copy_(torch.zeros(40))
+        linear.weight.copy_(linear.weight.half().float())
+        torch.testing.assert_close(packed(inputs), linear(inputs), rtol=1e-5, atol=1e-5)  # the new bias is used
+
+
+def test_fp16_weights_keep_nn_linear_for_gradients_and_few_rows(counted_fp16_calls):
+    _, packed = _fp16_valued_pair()
+    packed.min_rows = 3
+    with torch.no_grad():
+        packed(torch.randn(2, 48))  # below min_rows
+    inputs = torch.randn(4, 48, requires_grad=True)
+    packed(inputs).sum().backward()  # training: nn.Linear's kernel, which has a backward
+    assert counted_fp16_calls == [] and inputs.grad is not None
+    with torch.no_grad():
+        packed(torch.randn(4, 48))
+    assert len(counted_fp16_calls) == 1
+
+
+def test_a_failing_fp16_weight_operator_falls_back_with_one_warning(monkeypatch):
+    operators = prepacked_linear_module._fp16_weight_operators()
+    if operators is None:
+        pytest.skip("FBGEMM's float16-weight operators do not run here")
+
+    def failing(inputs, packed):
+        raise RuntimeError("kernel gone")
+
+    monkeypatch.setattr(prepacked_linear_module, "_fp16_operators", operators._replace(linear=failing))
+    linear, packed = _fp16_valued_pair()
+    inputs = torch.randn(3, 48)
+    with torch.no_grad(), pytest.warns(RuntimeWarning, match="FBGEMM's float16-weight operators"):
+        torch.testing.assert_close(packed(inputs), linear(inputs))
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        torch.testing.assert_close(packed(inputs), linear(inputs))  # no second warning
+    assert prepacked_linear_module._fp16_operators is None
+
+
+def test_prepack_linear_layers_puts_every_layer_back_on_onednn():
+    _, packed = _fp16_valued_pair()
+    packed.min_rows = 9
+    model = nn.Sequential(packed)
+    prepack_linear_layers(model)
+    assert model[0].kernel == prepacked_linear_module.ONEDNN and model[0].min_rows == 1

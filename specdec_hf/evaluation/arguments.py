@@ -124,7 +124,8 @@ class EvaluationArguments:
     prepack_linear: bool = field(
         default=False,
         metadata={
-            "help": "CPU only: run the linear layers of every model on weights prepacked for oneDNN where that is "
+            "help": "CPU only: run the linear layers of every model on weights packed once for a faster kernel "
+            "(oneDNN's, or FBGEMM's float16 GEMM for float32 layers whose weights are float16 values) where that is "
             "measured faster on this machine, per layer signature and row count (`specdec_hf.prepack_where_faster`; "
             "the choices are in results.json). Greedy and every other strategy run on the same models."
         },
