@@ -30,7 +30,14 @@ from transformers.generation.stopping_criteria import (
     StopStringCriteria,
 )
 
-__all__ = ["criteria_read_scores", "criteria_scores", "needs_aligned_rows", "reads_row_index", "stop_aligned"]
+__all__ = [
+    "criteria_read_scores",
+    "criteria_scores",
+    "needs_aligned_rows",
+    "pads_finished_rows",
+    "reads_row_index",
+    "stop_aligned",
+]
 
 # transformers' processors that read the batch index (the encoder input's row, the callback's `batch_id`)
 _ROW_INDEXED_PROCESSORS = (
@@ -59,12 +66,23 @@ def needs_aligned_rows(
     stopping_criteria: StoppingCriteriaList,
     batch_size: int,
     output_scores: bool,
+    pad_finished_rows: bool = True,
 ) -> bool:
     """Whether the loop must keep the rows aligned: a batch of several rows with a processor or criterion that may
-    read the row index, or with `output_scores` / `output_logits` (greedy scores a row's padding after its EOS)."""
+    read the row index, with `output_scores` / `output_logits` (greedy scores a row's padding after its EOS), or
+    where greedy keeps decoding a stopped row (`pad_finished_rows` false: no EOS criterion) and a criterion other than
+    the length limit may stop rows at different steps."""
     if batch_size == 1:
         return False
+    if not pad_finished_rows and any(type(criterion) is not MaxLengthCriteria for criterion in stopping_criteria):
+        return True
     return output_scores or any(reads_row_index(item) for item in [*logits_processor, *stopping_criteria])
+
+
+def pads_finished_rows(stopping_criteria: StoppingCriteriaList) -> bool:
+    """Whether greedy decoding appends pad to a row after its criteria stopped it: only with a criterion that has an
+    `eos_token_id` (transformers' rule); without, it keeps decoding the row, as if it had not stopped."""
+    return any(hasattr(criterion, "eos_token_id") for criterion in stopping_criteria)
 
 
 def criteria_read_scores(stopping_criteria: StoppingCriteriaList) -> bool:
@@ -76,19 +94,14 @@ def criteria_read_scores(stopping_criteria: StoppingCriteriaList) -> bool:
 
 
 def criteria_scores(
-    history: tuple[torch.FloatTensor, ...] | None,
-    scores: torch.FloatTensor,
-    position: int,
-    local_rows: torch.LongTensor | None = None,
+    history: tuple[torch.FloatTensor, ...] | None, scores: torch.FloatTensor, position: int
 ) -> tuple[torch.FloatTensor, ...] | None:
     """`scores` as greedy decoding hands it to stopping criteria: `None` without a history, else one
-    `(rows, vocab_size)` tensor per generated token, the earlier steps (`history`, one per committed token) then this
-    iteration's up to `position` included, for `local_rows` (every row when `None`)."""
+    `(rows, vocab_size)` tensor per generated token, the earlier steps (`history`, one per committed token, of the same
+    rows as `scores`) then this iteration's up to `position` included."""
     if history is None:
         return None
-    if local_rows is None:
-        return history + tuple(scores[:, : position + 1].unbind(1))
-    return tuple(step[local_rows] for step in history) + tuple(scores[local_rows, : position + 1].unbind(1))
+    return history + tuple(scores[:, : position + 1].unbind(1))
 
 
 def stop_aligned(
@@ -102,12 +115,13 @@ def stop_aligned(
     done: torch.BoolTensor,
     max_length: int,
     pad_token_id: int,
+    pad_finished_rows: bool = True,
 ) -> tuple[torch.LongTensor, torch.LongTensor, torch.BoolTensor]:
     """Stage 4 with aligned rows: one length for all rows, the criteria called on the whole batch.
 
     Every row appends as many tokens as the unfinished row that appends the fewest, and no more than up to the
     first position where a criterion stops an unfinished row (greedy's `unfinished &= ~criteria(ids, scores)`);
-    rows finished before this iteration append pad.
+    rows finished before this iteration append pad (or, without an EOS criterion, go on as greedy's do).
 
     Args:
         new_tokens (`torch.LongTensor` of shape `(rows, k + 1)`), num_new (`torch.LongTensor` of shape `(rows,)`):
@@ -117,14 +131,19 @@ def stop_aligned(
         score_history (`tuple[torch.FloatTensor]`, *optional*): The processed scores of the earlier generated
             tokens, one `(rows, vocab_size)` tensor per step, when criteria read them (greedy hands them so).
         done (`torch.BoolTensor` of shape `(rows,)`): Rows finished before this iteration.
+        pad_finished_rows (`bool`, *optional*, defaults to `True`): Finished rows append pad (greedy with an EOS
+            criterion); else they append their own tokens, as greedy keeps decoding them.
 
     Returns:
         `new_tokens` (pad for finished rows), `num_new` `(rows,)` (the same for every row) and `finished` `(rows,)`:
         the rows finished after this iteration, earlier ones included.
     """
     rows, width = new_tokens.shape
-    new_tokens = torch.where(done.unsqueeze(1), pad_token_id, new_tokens)
-    common = int(torch.where(done, width, num_new).min())
+    if pad_finished_rows:
+        new_tokens = torch.where(done.unsqueeze(1), pad_token_id, new_tokens)
+        common = int(torch.where(done, width, num_new).min())
+    else:  # finished rows go on decoding, as greedy's do without an EOS: their accepted tokens count as well
+        common = int(num_new.min())
     extended = committed[:, : length + common].clone()
     extended[:, length:] = new_tokens[:, :common]
     finished = done.clone()

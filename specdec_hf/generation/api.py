@@ -1,14 +1,14 @@
 """Speculative decoding inside ``generate()``: the `custom_generate` callable and the opt-in on one model instance.
 
-This is the module that reads transformers' generation internals (the arguments `generate()` passes to a
-callable `custom_generate`, the `streamer` it keeps to itself, its prepared special-token tensors, its cache classes),
-so a transformers upgrade is mostly a change here. The loop itself lives in `speculative_loop.py`, drafting with a `SpecDrafterModel` in
+This module and `plain_decoding.py` (which calls `GenerationMixin._sample` for the calls decoded without drafting)
+read transformers' generation internals: the arguments `generate()` passes to a callable `custom_generate`, the
+`streamer` it keeps to itself, its prepared special-token tensors, its cache classes; a transformers upgrade is mostly
+a change here. The loop itself lives in `speculative_loop.py`, drafting with a `SpecDrafterModel` in
 `spec_drafter_adapter.py`, the acceptance rules in `specdec_hf.acceptance`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import operator
 import sys
@@ -34,12 +34,13 @@ from transformers.utils import ModelOutput
 from ..acceptance import validate_acceptance_arguments
 from ..drafting import validate_drafter
 from ..models.verifier_conversion import check_verifier_state_layers
-from .aligned_rows import needs_aligned_rows
+from .aligned_rows import needs_aligned_rows, pads_finished_rows
 from .draft_length import AUTO, DraftLengthSchedule
 from .outputs import SpeculativeGenerateOutput
 from .plain_decoding import plain_decoding
 from .spec_drafter_adapter import SpecDrafterAdapter, as_drafter
 from .speculative_loop import SpeculativeLoopConfig, run_speculative_loop
+from .streamers import check_streamer, ended_once, ending_on_failure
 from .wrapping_drafter import WrappingDrafter
 
 __all__ = ["enable_speculative_decoding", "speculative_generate"]
@@ -112,181 +113,134 @@ def speculative_generate(
             and generation modes not supported with a drafter (beam search, contrastive search, assisted generation,
             static cache, ...).
     """
-    given_to_generate = _streamer_given_to_generate(model)
-    streamers = [streamer for streamer in (given_to_generate, token_streamer) if streamer is not None]
-    try:
-        for streamer in streamers:
-            if not (callable(getattr(streamer, "put", None)) and callable(getattr(streamer, "end", None))):
-                raise ValueError(
-                    f"A streamer needs `put()` and `end()` (a transformers `BaseStreamer`), got "
-                    f"{type(streamer).__name__}: pass a `TextStreamer` / `TextIteratorStreamer`, or none."
-                )
-        if len(streamers) == 2:
+    given_to_generate, token_streamer = ended_once(_streamer_given_to_generate(model), token_streamer)
+    with ending_on_failure(given_to_generate, token_streamer):
+        for streamer in (given_to_generate, token_streamer):
+            if streamer is not None:
+                check_streamer(streamer)
+        if given_to_generate is not None and token_streamer is not None:
             raise ValueError(
                 "Two streamers: `streamer=` and `token_streamer=` were both passed; pass the streamer once, as "
                 "`streamer=`."
             )
-        return _decode(
-            model,
-            input_ids,
+        # generate() has already put the prompt to a streamer passed to it as `streamer=`
+        stream_prompt = given_to_generate is None
+        if given_to_generate is not None:
+            token_streamer = given_to_generate
+        if not model.config.is_encoder_decoder:
+            raise ValueError(
+                f"Speculative decoding needs an encoder-decoder verifier; {type(model).__name__} is decoder-only. "
+                "Use transformers' assisted generation (`assistant_model=`) for decoder-only models."
+            )
+        if drafter is None:
+            raise ValueError(
+                "`drafter` is required for speculative decoding: pass `drafter=SpecDrafterModel.from_pretrained(...)`."
+            )
+        # read once: get_text_config deep-copies the config
+        decoder_config = model.config.get_text_config(decoder=True)
+        vocab_size = decoder_config.vocab_size
+        user_drafter = drafter
+        drafter = as_drafter(drafter)
+        validate_drafter(drafter, vocab_size)
+        # validate_drafter accepts any integer type (numpy, a 0-dim tensor): the loop computes with a Python int
+        num_draft_tokens = operator.index(drafter.num_draft_tokens) if num_draft_tokens is None else num_draft_tokens
+        if isinstance(num_draft_tokens, str) and num_draft_tokens != AUTO:
+            raise ValueError(
+                f"`num_draft_tokens` must be an integer >= 1 (tokens drafted per iteration) or {AUTO!r} (chosen as "
+                f"decoding runs), got {num_draft_tokens!r}."
+            )
+        adaptive = isinstance(num_draft_tokens, str)
+        if adaptive:
+            num_draft_tokens = _largest_draft_length(drafter)
+        _check_speculative_arguments(model, drafter, num_draft_tokens, beta, tau, draft_confidence_threshold)
+        if generation_config.do_sample and (beta != 1 or tau != 0):
+            raise ValueError(
+                f"`beta`/`tau` (got beta={beta}, tau={tau}) relax greedy verification; with `do_sample=True` speculative "
+                "sampling is already exact and takes no relaxation: drop `beta`/`tau`, or set `do_sample=False`."
+            )
+        _check_generation_mode(generation_config, model, model_kwargs)
+        if token_streamer is not None and input_ids.shape[0] > 1:
+            raise ValueError(
+                f"A streamer needs batch size 1 (got {input_ids.shape[0]} rows, `num_return_sequences` included): "
+                "generate one sequence at a time, or drop the streamer."
+            )
+
+        encoder_outputs = _as_model_output(model_kwargs["encoder_outputs"])
+        attention_mask = model_kwargs.get("attention_mask")
+        cache = _fresh_or_checked_cache(model_kwargs.get("cache"), decoder_config)
+        source_ids = _source_ids(inputs_tensor, input_ids.shape[0])
+        if source_ids is None:
+            _check_drafter_reads_no_source(drafter, inputs_tensor)
+        stopping_criteria = _with_stop_strings(stopping_criteria, stop_strings, stop_strings_tokenizer)
+        schedule = None
+        if adaptive:
+            schedule = DraftLengthSchedule(
+                model,
+                _acceptance_key(user_drafter),
+                num_draft_tokens,
+                _rule_key(beta, tau, generation_config),
+                input_ids.device,
+            )
+            if not schedule.drafts_this_call(input_ids.shape[0]):
+                schedule.start_plain_call()
+                output = plain_decoding(
+                    model,
+                    input_ids,
+                    logits_processor,
+                    stopping_criteria,
+                    generation_config,
+                    token_streamer,
+                    stream_prompt,
+                    model_kwargs,
+                )
+                sequences = output if isinstance(output, torch.Tensor) else output.sequences
+                schedule.observe_plain_call(sequences.shape[1] - input_ids.shape[1])
+                return output
+        drafter_state = drafter.init_drafting_state(
+            input_ids=source_ids,
+            attention_mask=attention_mask,
+            encoder_hidden_states=encoder_outputs.last_hidden_state,
+        )
+
+        loop_config = _loop_config(
+            generation_config,
             logits_processor,
             stopping_criteria,
-            generation_config,
-            drafter,
+            input_ids.shape[0],
+            vocab_size,
             num_draft_tokens,
             beta,
             tau,
             draft_confidence_threshold,
-            inputs_tensor,
-            streamers[0] if streamers else None,
-            # generate() has already put the prompt to a streamer passed to it as `streamer=`
-            given_to_generate is None,
-            stop_strings,
-            stop_strings_tokenizer,
-            model_kwargs,
-        )
-    except BaseException:
-        # a consumer iterating a streamer (`TextIteratorStreamer`) would otherwise wait forever
-        for streamer in streamers:
-            # the call's own error is the one to raise, whatever ending the streamer meets
-            with contextlib.suppress(Exception):
-                streamer.end()
-        raise
-
-
-def _decode(
-    model,
-    input_ids: torch.LongTensor,
-    logits_processor: LogitsProcessorList,
-    stopping_criteria: StoppingCriteriaList,
-    generation_config: GenerationConfig,
-    drafter,
-    num_draft_tokens: int | str | None,
-    beta: int,
-    tau: float,
-    draft_confidence_threshold: float | None,
-    inputs_tensor: torch.Tensor | None,
-    token_streamer,
-    stream_prompt: bool,
-    stop_strings: str | list[str] | None,
-    stop_strings_tokenizer,
-    model_kwargs: dict[str, Any],
-) -> torch.LongTensor | SpeculativeGenerateOutput:
-    """`speculative_generate` past its streamer: validate the call, then decode it (the loop, or transformers' own
-    when the draft length schedule finds drafting does not pay); `stream_prompt`: put the prompt to the streamer
-    first."""
-    if not model.config.is_encoder_decoder:
-        raise ValueError(
-            f"Speculative decoding needs an encoder-decoder verifier; {type(model).__name__} is decoder-only. "
-            "Use transformers' assisted generation (`assistant_model=`) for decoder-only models."
-        )
-    if drafter is None:
-        raise ValueError(
-            "`drafter` is required for speculative decoding: pass `drafter=SpecDrafterModel.from_pretrained(...)`."
-        )
-    # read once: get_text_config deep-copies the config
-    decoder_config = model.config.get_text_config(decoder=True)
-    vocab_size = decoder_config.vocab_size
-    user_drafter = drafter
-    drafter = as_drafter(drafter)
-    validate_drafter(drafter, vocab_size)
-    # validate_drafter accepts any integer type (numpy, a 0-dim tensor): the loop computes with a Python int
-    num_draft_tokens = operator.index(drafter.num_draft_tokens) if num_draft_tokens is None else num_draft_tokens
-    if isinstance(num_draft_tokens, str) and num_draft_tokens != AUTO:
-        raise ValueError(
-            f"`num_draft_tokens` must be an integer >= 1 (tokens drafted per iteration) or {AUTO!r} (chosen as "
-            f"decoding runs), got {num_draft_tokens!r}."
-        )
-    adaptive = isinstance(num_draft_tokens, str)
-    if adaptive:
-        num_draft_tokens = _largest_draft_length(drafter)
-    _check_speculative_arguments(model, drafter, num_draft_tokens, beta, tau, draft_confidence_threshold)
-    if generation_config.do_sample and (beta != 1 or tau != 0):
-        raise ValueError(
-            f"`beta`/`tau` (got beta={beta}, tau={tau}) relax greedy verification; with `do_sample=True` speculative "
-            "sampling is already exact and takes no relaxation: drop `beta`/`tau`, or set `do_sample=False`."
-        )
-    _check_generation_mode(generation_config, model, model_kwargs)
-    if token_streamer is not None and input_ids.shape[0] > 1:
-        raise ValueError(
-            f"A streamer needs batch size 1 (got {input_ids.shape[0]} rows, `num_return_sequences` included): "
-            "generate one sequence at a time, or drop the streamer."
-        )
-
-    encoder_outputs = _as_model_output(model_kwargs["encoder_outputs"])
-    attention_mask = model_kwargs.get("attention_mask")
-    cache = _fresh_or_checked_cache(model_kwargs.get("cache"), decoder_config)
-    source_ids = _source_ids(inputs_tensor, input_ids.shape[0])
-    if source_ids is None:
-        _check_drafter_reads_no_source(drafter, inputs_tensor)
-    stopping_criteria = _with_stop_strings(stopping_criteria, stop_strings, stop_strings_tokenizer)
-    schedule = None
-    if adaptive:
-        schedule = DraftLengthSchedule(
-            model,
-            _acceptance_key(user_drafter),
-            num_draft_tokens,
-            _rule_key(beta, tau, generation_config),
             input_ids.device,
         )
-        if not schedule.drafts_this_call(input_ids.shape[0]):
-            schedule.start_plain_call()
-            output = plain_decoding(
-                model,
-                input_ids,
-                logits_processor,
-                stopping_criteria,
-                generation_config,
-                token_streamer,
-                stream_prompt,
-                model_kwargs,
-            )
-            sequences = output if isinstance(output, torch.Tensor) else output.sequences
-            schedule.observe_plain_call(sequences.shape[1] - input_ids.shape[1])
-            return output
-    drafter_state = drafter.init_drafting_state(
-        input_ids=source_ids, attention_mask=attention_mask, encoder_hidden_states=encoder_outputs.last_hidden_state
-    )
-
-    loop_config = _loop_config(
-        generation_config,
-        logits_processor,
-        stopping_criteria,
-        input_ids.shape[0],
-        vocab_size,
-        num_draft_tokens,
-        beta,
-        tau,
-        draft_confidence_threshold,
-        input_ids.device,
-    )
-    result = run_speculative_loop(
-        model,
-        drafter,
-        drafter_state,
-        input_ids,
-        encoder_outputs,
-        attention_mask,
-        cache,
-        logits_processor,
-        stopping_criteria,
-        loop_config,
-        streamer=token_streamer,
-        stream_prompt=stream_prompt,
-        draft_length_schedule=schedule,
-    )
-    if not generation_config.return_dict_in_generate:
-        return result.sequences
-    return SpeculativeGenerateOutput(
-        sequences=result.sequences,
-        scores=result.scores,
-        logits=result.logits,
-        encoder_attentions=encoder_outputs.get("attentions"),
-        encoder_hidden_states=encoder_outputs.get("hidden_states"),
-        # the cache holds rejected drafts and only the rows that finished last: not reusable, so not returned
-        cache=None,
-        speculative_stats=result.stats,
-    )
+        result = run_speculative_loop(
+            model,
+            drafter,
+            drafter_state,
+            input_ids,
+            encoder_outputs,
+            attention_mask,
+            cache,
+            logits_processor,
+            stopping_criteria,
+            loop_config,
+            streamer=token_streamer,
+            stream_prompt=stream_prompt,
+            draft_length_schedule=schedule,
+        )
+        if not generation_config.return_dict_in_generate:
+            return result.sequences
+        return SpeculativeGenerateOutput(
+            sequences=result.sequences,
+            scores=result.scores,
+            logits=result.logits,
+            encoder_attentions=encoder_outputs.get("attentions"),
+            encoder_hidden_states=encoder_outputs.get("hidden_states"),
+            # the cache holds rejected drafts and only the rows that finished last: not reusable, so not returned
+            cache=None,
+            speculative_stats=result.stats,
+        )
 
 
 # the body of `GenerationMixin.generate` under its decorators: the frame whose `streamer` argument is looked up
@@ -381,6 +335,7 @@ def _loop_config(
     return_dict = generation_config.return_dict_in_generate
     output_scores = bool(return_dict and generation_config.output_scores)
     output_logits = bool(return_dict and generation_config.output_logits)
+    pad_finished_rows = pads_finished_rows(stopping_criteria)
     return SpeculativeLoopConfig(
         num_draft_tokens=num_draft_tokens,
         beta=beta,
@@ -394,8 +349,9 @@ def _loop_config(
         output_logits=output_logits,
         confidence_threshold=None if draft_confidence_threshold is None else float(draft_confidence_threshold),
         aligned_rows=needs_aligned_rows(
-            logits_processor, stopping_criteria, batch_size, output_scores or output_logits
+            logits_processor, stopping_criteria, batch_size, output_scores or output_logits, pad_finished_rows
         ),
+        pad_finished_rows=pad_finished_rows,
     )
 
 
@@ -572,22 +528,36 @@ def _generate_with_optional_drafter(self, *args, drafter=None, **kwargs):
     if drafter is None:
         given = [name for name in _SPECULATIVE_ARGUMENTS if name in kwargs]
         if given:
-            raise ValueError(f"{', '.join(given)} only apply with a `drafter`: pass `drafter=` or drop them.")
+            with ending_on_failure(*ended_once(kwargs.get("streamer"))):
+                raise ValueError(f"{', '.join(given)} only apply with a `drafter`: pass `drafter=` or drop them.")
         return plain_generate(self, *args, **kwargs)
-    custom_generate = kwargs.pop("custom_generate", None)
-    if custom_generate is not None and custom_generate is not speculative_generate:
-        raise ValueError(
-            "`drafter` runs speculative decoding, which is itself a `custom_generate` method: pass "
-            "`custom_generate=speculative_generate` or none, not another method."
+    # transformers drops `streamer` before calling a custom_generate callable (and never ends it when generate()
+    # fails): it travels as our `token_streamer`, ended here if the call fails before speculative_generate does
+    streamer, token_streamer = ended_once(kwargs.pop("streamer", None), kwargs.pop("token_streamer", None))
+    with ending_on_failure(streamer, token_streamer):
+        if streamer is not None and token_streamer is not None:
+            raise ValueError("`streamer=` and `token_streamer=` were both passed: pass it once, as `streamer=`.")
+        custom_generate = kwargs.pop("custom_generate", None)
+        if custom_generate is not None and custom_generate is not speculative_generate:
+            raise ValueError(
+                "`drafter` runs speculative decoding, which is itself a `custom_generate` method: pass "
+                "`custom_generate=speculative_generate` or none, not another method."
+            )
+        if kwargs.get("assistant_model") is not None:
+            raise ValueError("`assistant_model` and `drafter` are two drafting methods: pass only one of them.")
+        # transformers drops `tokenizer` too: handed over under our own name
+        tokenizer = kwargs.pop("tokenizer", None)
+        if tokenizer is not None:
+            if kwargs.get("stop_strings_tokenizer") is not None:
+                raise ValueError(
+                    "`tokenizer=` and `stop_strings_tokenizer=` were both passed: pass it once, as `tokenizer=`."
+                )
+            kwargs["stop_strings_tokenizer"] = tokenizer
+        return plain_generate(
+            self,
+            *args,
+            custom_generate=speculative_generate,
+            drafter=drafter,
+            token_streamer=streamer if streamer is not None else token_streamer,
+            **kwargs,
         )
-    if kwargs.get("assistant_model") is not None:
-        raise ValueError("`assistant_model` and `drafter` are two drafting methods: pass only one of them.")
-    # transformers drops `streamer` and `tokenizer` before calling a custom_generate callable: hand them over under
-    # our own names
-    for name, ours in (("streamer", "token_streamer"), ("tokenizer", "stop_strings_tokenizer")):
-        value = kwargs.pop(name, None)
-        if value is not None:
-            if kwargs.get(ours) is not None:
-                raise ValueError(f"`{name}=` and `{ours}=` were both passed: pass it once, as `{name}=`.")
-            kwargs[ours] = value
-    return plain_generate(self, *args, custom_generate=speculative_generate, drafter=drafter, **kwargs)

@@ -53,7 +53,8 @@ def plain_decoding(
 
     Returns:
         `_sample`'s sequences, or a `SpeculativeGenerateOutput` whose statistics count one verifier pass per step,
-        each row's generated tokens (up to the step it stopped at) and no drafts.
+        each row's generated tokens up to the step a criterion stopped it (without an EOS token greedy writes real
+        tokens after that step; they are not counted, as the speculative loop does not count them) and no drafts.
     """
     if streamer is not None and stream_prompt:
         streamer.put(input_ids.cpu())
@@ -73,9 +74,10 @@ def plain_decoding(
     sequences = output.sequences
     stats = SpeculativeDecodingStats.for_batch(sequences.shape[0], 0)
     ends = recording.finished_at
-    if ends is None:  # no step was taken
+    # defensive: `_sample` takes a step at least and ends only when every row stopped (the length limit is a
+    # criterion too), so every row has an end
+    if ends is None:
         ends = torch.full((sequences.shape[0],), sequences.shape[1])
-    # a row that never stopped (the loop's length limit ended it with the rest) ran to the end
     ends = torch.where(ends < 0, sequences.shape[1], ends)
     for row, end in enumerate(ends.tolist()):
         stats.iterations[row] = stats.generated_tokens[row] = end - input_ids.shape[1]

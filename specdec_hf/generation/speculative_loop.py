@@ -44,7 +44,7 @@ from ..acceptance import (
     sample_proposal,
 )
 from ..drafting import Drafter
-from .aligned_rows import criteria_read_scores, criteria_scores, stop_aligned
+from .aligned_rows import criteria_read_scores, criteria_scores, reads_row_index, stop_aligned
 from .draft_length import DraftLengthSchedule, time_forward
 from .processor_gating import apply_to_every_position, is_position_independent, processors_acting_on
 from .proposal_checks import check_proposal, make_safe, raise_for_value_facts
@@ -88,6 +88,8 @@ class SpeculativeLoopConfig:
     confidence_threshold: float | None = None
     # every row kept until all finish, advancing together (`specdec_hf.generation.aligned_rows`)
     aligned_rows: bool = False
+    # finished rows append pad (greedy's rule with an EOS criterion); else, with aligned rows, they go on decoding
+    pad_finished_rows: bool = True
 
 
 @dataclass
@@ -202,7 +204,9 @@ def run_speculative_loop(
     causal_masks = CausalMaskTable(verifier)
     stats = SpeculativeDecodingStats.for_batch(input_ids.shape[0], config.num_draft_tokens)
     # only EOS and length criteria (generate()'s defaults): the stop stage applies them vectorised
-    simple = all(isinstance(c, (MaxLengthCriteria, EosTokenCriteria)) for c in stopping_criteria)
+    simple = all(
+        isinstance(c, (MaxLengthCriteria, EosTokenCriteria)) and not reads_row_index(c) for c in stopping_criteria
+    )
     # the verifier's learned positions and the drafter's: k shrinks near either limit
     limits = [getattr(verifier.config, "max_position_embeddings", None), getattr(drafter, "max_positions", None)]
     position_limit = min((operator.index(limit) for limit in limits if limit is not None), default=None)
@@ -212,9 +216,13 @@ def run_speculative_loop(
     done = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
     done_list = [False] * input_ids.shape[0]
     # the processed scores of the committed steps, one (rows, vocab_size) tensor each, as greedy hands criteria
-    # `scores`: kept only when a criterion may read them (with several rows, `output_scores` aligns the rows, so every
-    # step covers the whole batch)
-    score_history = () if config.output_scores and not simple and criteria_read_scores(stopping_criteria) else None
+    # `scores`: kept only when a criterion may read them, and only where every step covers the whole batch (a single
+    # row, or aligned rows: with several rows `output_scores` aligns them)
+    score_history = None
+    if config.output_scores and criteria_read_scores(stopping_criteria):
+        if not (config.aligned_rows or input_ids.shape[0] == 1):
+            raise RuntimeError("internal: criteria reading scores at batch > 1 need aligned rows")
+        score_history = ()
     if streamer is not None and stream_prompt:
         streamer.put(input_ids.cpu())
 
@@ -231,7 +239,7 @@ def run_speculative_loop(
         drafts, proposal_q, verify_counts, value_facts = draft(
             drafter, context, batch, k, logits_processor, config, stats
         )
-        if any(done_list):  # aligned rows: a finished row is fed pad, as greedy feeds it
+        if config.pad_finished_rows and any(done_list):  # aligned rows: a finished row is fed pad, as greedy does
             drafts = torch.where(done.unsqueeze(1), config.pad_token_id, drafts)
         # 2. Verify
         logits, fed_length = verify(
@@ -245,7 +253,7 @@ def run_speculative_loop(
         if config.aligned_rows:
             new_tokens, num_new, finished = stop_aligned(
                 new_tokens, num_accepted + 1, batch.committed, batch.longest, scores, score_history, stopping_criteria,
-                done, config.max_length, config.pad_token_id,
+                done, config.max_length, config.pad_token_id, config.pad_finished_rows,
             )  # fmt: skip
         else:
             num_new, finished = stop(
@@ -689,10 +697,9 @@ def _stop_by_criteria(
         for length in candidate_lengths.unique().tolist():
             group = (candidate_lengths == length).nonzero().squeeze(1)
             rows_in_group = candidates[group]
-            # the history's rows are the batch's (a single row here, or aligned rows): index it only for a subset
-            local_rows = None if rows_in_group.numel() == rows else rows_in_group
+            # a score history exists here only for a single row (see run_speculative_loop): the group is that row
             stop[group] = stopping_criteria(
-                extended[rows_in_group, :length], criteria_scores(score_history, scores, position, local_rows)
+                extended[rows_in_group, :length], criteria_scores(score_history, scores[rows_in_group], position)
             )
         stopped = candidates[stop]
         finished[stopped] = True

@@ -7,17 +7,20 @@ the padding after a row's EOS, as greedy `generate()` does (`specdec_hf.generati
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from conftest import VOCAB_SIZE, build_verifier, generate_with_drafter, make_source_batch
 from oracle_drafters import OracleDrafter, RandomDrafter
-from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
+from transformers import AutoTokenizer, LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 from transformers.generation.logits_process import NoRepeatNGramLogitsProcessor
 from transformers.generation.stopping_criteria import (
     ConfidenceCriteria,
     EosTokenCriteria,
     MaxLengthCriteria,
     MaxTimeCriteria,
+    StopStringCriteria,
 )
 
 from specdec_hf.generation.aligned_rows import criteria_read_scores, needs_aligned_rows, reads_row_index
@@ -77,6 +80,19 @@ def test_a_stopping_criterion_per_row_gives_greedy_output(family):
     # rows stop at their own limits (6, 10, 14, 18 tokens), as greedy stops them
     lengths = (reference.sequences != pad).sum(dim=1) + (reference.sequences[:, 0] == pad).long()
     assert lengths.tolist()[:3] == [6, 10, 14]
+
+
+@pytest.mark.parametrize("accuracy", ["half", "wrong"])
+def test_without_eos_a_stopped_row_goes_on_as_greedys_does(family, accuracy):
+    """Without an EOS criterion greedy appends no pad after a criterion stops a row: it goes on decoding it until
+    the last row stops. The loop keeps those rows decoding too."""
+    model = build_verifier(family)
+    model.generation_config.eos_token_id = None
+    inputs = make_source_batch(4, seed=3, pad_token_id=model.config.pad_token_id)
+    criteria = StoppingCriteriaList([StopPerRow()])
+    reference, output = _both(model, inputs, accuracy, stopping_criteria=criteria, max_new_tokens=30)
+    assert torch.equal(output.sequences, reference.sequences)
+    assert (reference.sequences[0, 6:] != model.config.pad_token_id).any(), "greedy decoded past row 0's stop"
 
 
 def test_prefix_allowed_tokens_fn_reads_the_batch_row(family):
@@ -190,10 +206,55 @@ def test_a_criterion_reads_scores_as_greedy_hands_them(batch_size, output_scores
             assert ours is None and theirs is None
 
 
+class EosWithScores(EosTokenCriteria):
+    """transformers' EOS criterion with a call of its own, which may read `scores`."""
+
+    def __call__(self, input_ids, scores, **kwargs):
+        return super().__call__(input_ids, scores, **kwargs)
+
+
 def test_which_criteria_are_handed_the_score_history():
     """The loop keeps the scores of every step only for criteria that may read them: not for transformers' length,
-    EOS and time criteria, for its confidence criterion and for a user's."""
-    own = [EosTokenCriteria(2), MaxLengthCriteria(20), MaxTimeCriteria(60.0)]
+    EOS, time and stop-string criteria, but for its confidence criterion, a user's and a subclass with its own
+    call."""
+    tokenizer = AutoTokenizer.from_pretrained(
+        Path(__file__).resolve().parents[2] / "models" / "demo-en-de" / "verifier"
+    )
+    stop_strings = StopStringCriteria(tokenizer, ["file"])
+    own = [EosTokenCriteria(2), MaxLengthCriteria(20), MaxTimeCriteria(60.0), stop_strings]
     assert not criteria_read_scores(StoppingCriteriaList(own))
     assert criteria_read_scores(StoppingCriteriaList([*own, ConfidenceCriteria(0.5)]))
     assert criteria_read_scores(StoppingCriteriaList([*own, StopAfterStepsRecordingScores()]))
+    assert criteria_read_scores(StoppingCriteriaList([EosWithScores(2), MaxLengthCriteria(20)]))
+
+
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_an_eos_subclass_with_its_own_call_gets_the_scores_greedy_hands_it(batch_size):
+    """A subclass of transformers' EOS criterion is called (not replaced by the vectorised EOS stop) and reads the
+    scores as greedy hands them."""
+
+    class RecordingEos(EosWithScores):
+        def __init__(self, eos_token_id):
+            super().__init__(eos_token_id)
+            self.lengths = []
+
+        def __call__(self, input_ids, scores, **kwargs):
+            self.lengths.append(None if scores is None else len(scores))
+            return super().__call__(input_ids, scores, **kwargs)
+
+    model = build_verifier("bart")
+    inputs = make_source_batch(batch_size, seed=5, pad_token_id=model.config.pad_token_id)
+    eos = model.generation_config.eos_token_id
+    greedy_criterion, speculative_criterion = RecordingEos(eos), RecordingEos(eos)
+    options = dict(max_new_tokens=12, output_scores=True)
+    reference = model.generate(
+        **inputs, **GREEDY, return_dict_in_generate=True, stopping_criteria=StoppingCriteriaList([greedy_criterion]),
+        **options,
+    )  # fmt: skip
+    drafter = OracleDrafter(reference.sequences, VOCAB_SIZE, 4, "half")
+    output = generate_with_drafter(
+        model, inputs, drafter, num_draft_tokens=4, stopping_criteria=StoppingCriteriaList([speculative_criterion]),
+        **options,
+    )  # fmt: skip
+    assert torch.equal(output.sequences, reference.sequences)
+    assert speculative_criterion.lengths == greedy_criterion.lengths and greedy_criterion.lengths[-1] > 1

@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import VOCAB_SIZE, build_verifier, generate_with_drafter, make_source_batch
 from oracle_drafters import OracleDrafter
-from transformers import StoppingCriteria, StoppingCriteriaList
+from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
 from specdec_hf.generation import draft_length
 from specdec_hf.generation.draft_length import (
@@ -319,6 +319,41 @@ def test_a_plain_call_streams_the_prompt_first_as_the_loop_does(clock, name):
     assert streamed == reference[0, 1:].tolist()
 
 
+def test_a_plain_call_failing_mid_decoding_ends_the_streamer_once(clock):
+    """transformers' loop ends its streamer only when it finishes: a plain call that fails midway ends it here."""
+    model = build_verifier("bart")
+    inputs = make_source_batch(1, seed=4, pad_token_id=model.config.pad_token_id)
+    reference = model.generate(**inputs, **GREEDY, max_new_tokens=20)
+    drafter = SlowWrongDrafter(reference, VOCAB_SIZE, 4, "wrong", clock=clock)
+    _generate_auto(model, inputs, drafter, max_new_tokens=20)  # learns: drafts worthless
+
+    class FailingOnThirdStep(LogitsProcessor):
+        steps = 0
+
+        def __call__(self, input_ids, scores):
+            self.steps += 1
+            if self.steps == 3:
+                raise RuntimeError("processor broke")
+            return scores
+
+    class Recorder:
+        puts, ended = 0, 0
+
+        def put(self, value):
+            self.puts += 1
+
+        def end(self):
+            self.ended += 1
+
+    recorder = Recorder()
+    with pytest.raises(RuntimeError, match="processor broke"):
+        _generate_auto(
+            model, inputs, drafter, max_new_tokens=20, streamer=recorder,
+            logits_processor=LogitsProcessorList([FailingOnThirdStep()]),
+        )  # fmt: skip
+    assert recorder.puts >= 2 and recorder.ended == 1
+
+
 class StopAtRowLimit(StoppingCriteria):
     """Stops row r once it holds `6 + 4 r` tokens."""
 
@@ -338,7 +373,7 @@ def test_a_plain_call_counts_a_row_stopped_without_eos_up_to_its_stop(clock, eos
     model.generation_config.eos_token_id = None
     written = model.generate(**inputs, **GREEDY, max_new_tokens=30, stopping_criteria=criteria).flatten().tolist()
     if eos == "pad":
-        assert model.config.pad_token_id not in written
+        assert model.config.pad_token_id not in written, "precondition (this seed): no row writes the pad token"
         model.generation_config.eos_token_id = model.config.pad_token_id
     else:
         model.generation_config.eos_token_id = next(t for t in range(3, VOCAB_SIZE) if t not in written)

@@ -35,17 +35,25 @@ def _stop_word(verifier, tokenizer, inputs) -> str:
     return text.split()[1]
 
 
+@pytest.mark.parametrize("eos", ["eos", "no eos"])
 @pytest.mark.parametrize("batch_size", [1, 2])
 @pytest.mark.parametrize("route", ["drafter", "custom_generate"])
-def test_stop_strings_stop_as_greedy(demo, batch_size, route):
+def test_stop_strings_stop_as_greedy(demo, batch_size, route, eos):
+    """Also without an EOS token, where greedy goes on decoding a stopped row while another is unfinished."""
     verifier, tokenizer, drafter = demo
+    if eos == "no eos":
+        verifier = copy.deepcopy(verifier)
+        verifier.generation_config.eos_token_id = None
     inputs = tokenizer(SOURCES[:batch_size], return_tensors="pt", padding=True)
     stop = {"stop_strings": [_stop_word(verifier, tokenizer, inputs)]}
     reference = verifier.generate(**inputs, **GREEDY, **stop, tokenizer=tokenizer)
     # the stop string cuts the first row short (after the decoder start token, pad only follows a row's end)
     unstopped = verifier.generate(**inputs, **GREEDY)
     pad = tokenizer.pad_token_id
-    assert (reference[0, 1:] != pad).sum() < (unstopped[0, 1:] != pad).sum()
+    if eos == "eos":
+        assert (reference[0, 1:] != pad).sum() < (unstopped[0, 1:] != pad).sum()
+    else:  # no EOS: the stop string ends the call at batch 1; at batch 2 greedy decodes row 0 on past it
+        assert reference.shape[1] < unstopped.shape[1] or batch_size == 2
     if route == "drafter":
         # a copy: the fixture's verifier stays without the opt-in, for the custom_generate= route
         output = enable_speculative_decoding(copy.deepcopy(verifier)).generate(

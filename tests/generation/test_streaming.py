@@ -103,8 +103,53 @@ def test_two_streamers_are_refused_and_both_ended(setup, route):
         match = "pass the streamer once"
     with pytest.raises(ValueError, match=match):
         model.generate(**inputs, **kwargs)
-    if route == "custom_generate":  # refused inside the call, after generate() put the prompt to `streamer=`
-        assert [streamer.ended for streamer in streamers] == [1, 1]
+    assert [streamer.ended for streamer in streamers] == [1, 1]
+
+
+@pytest.mark.parametrize("route", ["custom_generate", "enabled"])
+def test_a_call_refused_before_decoding_ends_the_streamer_once(setup, route):
+    """Refusals on either route (here: `num_beams=4` with a drafter), and the same object passed as both
+    streamers, end it once."""
+    model, _, inputs, reference = setup
+    drafter = OracleDrafter(reference, VOCAB_SIZE, num_draft_tokens=4, accuracy="half")
+    streamer = RecordingStreamer()
+    kwargs = {"drafter": drafter, "max_new_tokens": 20, "streamer": streamer, "num_beams": 4}
+    if route == "enabled":
+        enable_speculative_decoding(model)
+    else:
+        kwargs["custom_generate"] = speculative_generate
+    with pytest.raises(ValueError, match="beam"):
+        model.generate(**inputs, **kwargs)
+    assert streamer.ended == 1
+    with pytest.raises(ValueError, match="once"):
+        model.generate(**inputs, **{**kwargs, "num_beams": 1, "token_streamer": streamer})
+    assert streamer.ended == 2
+
+
+class FailingOnSecondCall(OracleDrafter):
+    """Drafts as the oracle does once, then raises: a failure after tokens were streamed."""
+
+    def propose(self, *args, **kwargs):
+        self.proposals_made = getattr(self, "proposals_made", 0) + 1
+        if self.proposals_made == 2:
+            raise RuntimeError("drafter broke")
+        return super().propose(*args, **kwargs)
+
+
+@pytest.mark.parametrize("route", ["custom_generate", "enabled"])
+def test_a_call_failing_mid_decoding_ends_the_streamer_once(setup, route):
+    model, _, inputs, reference = setup
+    drafter = FailingOnSecondCall(reference, VOCAB_SIZE, num_draft_tokens=4, accuracy="half")
+    streamer = RecordingStreamer()
+    kwargs = {"drafter": drafter, "max_new_tokens": 20, "streamer": streamer}
+    if route == "enabled":
+        enable_speculative_decoding(model)
+    else:
+        kwargs["custom_generate"] = speculative_generate
+    with pytest.raises(RuntimeError, match="drafter broke"):
+        model.generate(**inputs, **kwargs)
+    assert len(streamer.chunks) >= 2  # the prompt and the first iteration's tokens were streamed
+    assert streamer.ended == 1
 
 
 @pytest.mark.parametrize("name", ["streamer", "token_streamer"])
