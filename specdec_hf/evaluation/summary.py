@@ -81,13 +81,24 @@ def _against(reference_times: Sequence[float], times: Sequence[float]) -> str:
     return format_spread(*spread(paired_speedups(reference_times, times)), 2, "×")
 
 
+# quality columns: (header, key in results.json, scale to 0-100); a table shows those its runs report
+_QUALITY_COLUMNS = (
+    ("BLEU", "bleu", 1.0),
+    ("chrF", "chrf", 1.0),
+    ("R-1", "rouge1", 100.0),
+    ("R-2", "rouge2", 100.0),
+    ("R-L", "rougeL", 100.0),
+)
+
+
 def render_summary(
     runs: Sequence[tuple[str, dict[str, Any]]],
     command: str,
     started_at: float | None = None,
     finished_at: float | None = None,
 ) -> str:
-    """The Markdown of the summary: a header naming the machine, the date and the wall time, one table, a legend.
+    """The Markdown of the summary: a header naming the machine, the date and the wall time, one table per data set
+    (consecutive passes on the same rows share a table, with the quality metrics they report), a legend.
 
     Args:
         runs (`Sequence[tuple[str, dict]]`): (pass name, the run's `results.json` content), in table order.
@@ -97,8 +108,7 @@ def render_summary(
     """
     if not runs:
         raise ValueError("no runs to summarise: give at least one `--run NAME=DIR`.")
-    first = runs[0][1]
-    environment, data, config = first["environment"], first["data"], first["config"]
+    environment = runs[0][1]["environment"]
     date = environment["date"][:10]
     wall = ""
     if started_at is not None and finished_at is not None:
@@ -107,33 +117,16 @@ def render_summary(
     lines = [
         f"`{command}`, {date}{wall}: {environment['device_name']}, {environment['cpu_count']} CPU cores, "
         f"{environment['num_threads']} threads, torch {environment['torch']}, transformers "
-        f"{environment['transformers']}. {data['num_samples']} rows of {data['description']}, batch size "
-        f"{config['evaluation']['batch_size']}, {config['evaluation']['repeats']} interleaved repeats per pass.",
-        "",
+        f"{environment['transformers']}.",
     ]
-    with_beam = any("beam" in run["strategies"] for _, run in runs)
-    header = ["pass", "strategy", "BLEU", "chrF", "= greedy", "Tok.", "time (s)", "× greedy"]
-    header += ["× beam"] if with_beam else []
-    lines += ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    groups: list[list[tuple[str, dict[str, Any]]]] = []
     for pass_name, run in runs:
-        evaluation = run["config"]["evaluation"]
-        drafters, num_beams = evaluation.get("drafters") or [], evaluation.get("num_beams")
-        beam = run["strategies"].get("beam")
-        for name, result in run["strategies"].items():
-            speed, quality = result["speed"], result["quality"]
-            cells = [
-                pass_name,
-                strategy_label(name, drafters, num_beams),
-                _number(quality.get("bleu")),
-                _number(quality.get("chrf")),
-                _number(result["identical_to_greedy"], 3),
-                _number(result["tokens_per_iteration"]),
-                format_spread(speed["time_s"], speed["time_s_min"], speed["time_s_max"], 2),
-                format_spread(speed["speedup"], speed["speedup_min"], speed["speedup_max"], 2, "×"),
-            ]
-            if with_beam:
-                cells.append("–" if beam is None else _against(beam["speed"]["times_s"], speed["times_s"]))
-            lines.append("| " + " | ".join(cells) + " |")
+        if groups and groups[-1][0][1]["data"]["description"] == run["data"]["description"]:
+            groups[-1].append((pass_name, run))
+        else:
+            groups.append([(pass_name, run)])
+    for group in groups:
+        lines += ["", *_render_table(group)]
     lines += [
         "",
         "Columns: **= greedy**, the fraction of rows whose output is token for token greedy decoding's; **Tok.**, "
@@ -143,6 +136,41 @@ def render_summary(
         "of the two totals of the same repeat. Every strategy of a pass is timed interleaved with the others.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _render_table(runs: Sequence[tuple[str, dict[str, Any]]]) -> list[str]:
+    """One table of passes on the same rows: a line naming the rows, then the table."""
+    data, config = runs[0][1]["data"], runs[0][1]["config"]
+    lines = [
+        f"{data['num_samples']} rows of {data['description']}, batch size {config['evaluation']['batch_size']}, "
+        f"{config['evaluation']['repeats']} interleaved repeats per pass.",
+        "",
+    ]
+    reported = {key for _, run in runs for result in run["strategies"].values() for key in result["quality"]}
+    quality_columns = [column for column in _QUALITY_COLUMNS if column[1] in reported]
+    with_beam = any("beam" in run["strategies"] for _, run in runs)
+    header = ["pass", "strategy", *(title for title, _, _ in quality_columns)]
+    header += ["= greedy", "Tok.", "time (s)", "× greedy"] + (["× beam"] if with_beam else [])
+    lines += ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    for pass_name, run in runs:
+        evaluation = run["config"]["evaluation"]
+        drafters, num_beams = evaluation.get("drafters") or [], evaluation.get("num_beams")
+        beam = run["strategies"].get("beam")
+        for name, result in run["strategies"].items():
+            speed, quality = result["speed"], result["quality"]
+            cells = [pass_name, strategy_label(name, drafters, num_beams)]
+            for _, key, scale in quality_columns:
+                cells.append(_number(None if quality.get(key) is None else scale * quality[key]))
+            cells += [
+                _number(result["identical_to_greedy"], 3),
+                _number(result["tokens_per_iteration"]),
+                format_spread(speed["time_s"], speed["time_s_min"], speed["time_s_max"], 2),
+                format_spread(speed["speedup"], speed["speedup_min"], speed["speedup_max"], 2, "×"),
+            ]
+            if with_beam:
+                cells.append("–" if beam is None else _against(beam["speed"]["times_s"], speed["times_s"]))
+            lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 def replace_readme_block(readme: str, block: str) -> str:

@@ -111,3 +111,20 @@ def test_the_readme_shows_the_main_job_file_unchanged():
     readme = (REPO / "README.md").read_text()
     block = readme[readme.index(README_START) + len(README_START) + 1 : readme.index(README_END)]
     assert block == (REPO / "docs" / "main_job.md").read_text()
+
+
+def test_passes_on_other_rows_get_their_own_table_with_their_metrics():
+    """A summarization pass after the translation passes: its own table, with ROUGE (scaled to 0-100) and no BLEU."""
+    translation = _run({"greedy": _result([1.0], [1.0])})
+    summary_result = _result([2.0], [1.0])
+    summary_result["quality"] = {"rouge1": 0.3512, "rouge2": 0.1504, "rougeL": 0.3301}
+    summarization = _run({"greedy": summary_result})
+    summarization["data"] = {"num_samples": 50, "description": "heldout_sum.jsonl [test]"}
+    text = render_summary([("float32", translation), ("summarization", summarization)], "make demo")
+    tables = [line for line in text.splitlines() if line.startswith("| pass |")]
+    assert tables == [
+        "| pass | strategy | BLEU | chrF | = greedy | Tok. | time (s) | × greedy |",
+        "| pass | strategy | R-1 | R-2 | R-L | = greedy | Tok. | time (s) | × greedy |",
+    ]
+    assert "| summarization | greedy | 35.12 | 15.04 | 33.01 |" in text
+    assert "50 rows of heldout_sum.jsonl [test]" in text and "100 rows of heldout_test.jsonl [test]" in text
