@@ -1,5 +1,9 @@
 """Export the trained demo models into the repository: half-precision safetensors, tokenizer, model cards.
 
+    python scripts/export_demo_pair.py --task summarization --verifier runs/demo_sum_verifier/best \
+        --verifier_config configs/demo/verifier_sum.yaml --output_dir models/demo-sum \
+        --heldout data/debian_sum/test.jsonl --validation data/debian_sum/validation.jsonl   # the verifier alone
+
     python scripts/export_demo_pair.py --verifier runs/demo_verifier_v2/best --drafter runs/drafter_v2 \
         --assistant runs/demo_assistant_v2/checkpoint-last --output_dir models/demo-en-de --num_draft_tokens 2 \
         --verifier_config configs/demo/verifier_v2_en_de.yaml --assistant_config configs/demo/assistant_v2_en_de.yaml
@@ -33,6 +37,39 @@ from specdec_hf.training import drafter_card_data
 PREVIOUS_PAIR_DIR = Path("runs/demo_pair_v1")
 PREVIOUS_PAIR_TAG = "demo-v1"
 
+SUMMARIZATION_NOTICE = """Sources and licences of heldout_test.jsonl and heldout_validation.jsonl (rows from the test and
+validation splits of the corpus built by `python -m specdec_hf.data.debian_corpus --task summarization`), and of the
+data the models were trained on: Debian (bookworm) package long descriptions ("document") and their one-line
+synopses ("summary"), from the package index of Debian main, under the licences of the respective packages ("id" and
+"group" name the binary and source package).
+"""
+
+SUMMARIZATION_VERIFIER_CARD = """---
+language: [en]
+library_name: transformers
+pipeline_tag: summarization
+tags: [bart, speculative-decoding, specdec_hf, offline-demo]
+---
+
+# specdec_hf demo verifier: package description → synopsis
+
+A small `BartForConditionalGeneration` ({params:.1f}M parameters: d_model {d_model}, {enc}+{dec} layers, a
+{vocab}-piece Unigram vocabulary) trained on CPU by `scripts/train_demo_verifier.py --config {config}`{origin}, on
+the offline summarization corpus of Debian package descriptions (a package's long description → its one-line
+synopsis; see NOTICE.md), {steps} optimizer steps. Its generation config is shaped like bart-large-cnn's (beam search,
+`no_repeat_ngram_size=3`, `length_penalty=2.0`, length limits scaled to synopses). It exists to show speculative
+decoding on a summarization model on machines without a model hub; it is not a general-purpose summarizer. Weights
+are stored in {dtype}; load them in float32 (or bfloat16) on CPUs.
+
+```python
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+model = AutoModelForSeq2SeqLM.from_pretrained("models/demo-sum/verifier", dtype="float32")
+tokenizer = AutoTokenizer.from_pretrained("models/demo-sum/verifier")
+```
+
+Greedy validation ROUGE-L during training (first 300 validation rows): {score}.
+{test_line}"""
+
 NOTICE = """Sources and licences of heldout_test.jsonl and heldout_validation.jsonl (sentences from the test and
 validation splits of the corpus built by `python -m specdec_hf.data.debian_corpus --task translation`), and of the
 data the models were trained on:
@@ -65,7 +102,7 @@ model = AutoModelForSeq2SeqLM.from_pretrained("models/demo-en-de/verifier", dtyp
 tokenizer = AutoTokenizer.from_pretrained("models/demo-en-de/verifier")
 ```
 
-Greedy validation BLEU during training (first 300 validation sentences): {bleu}.
+Greedy validation BLEU during training (first 300 validation sentences): {score}.
 {test_line}"""
 
 ASSISTANT_CARD = """---
@@ -95,10 +132,16 @@ def training_origin(config: Path) -> str:
 
 
 def export_seq2seq(
-    source: Path, target: Path, dtype: torch.dtype, card: str, training_config: Path, test_line: str = ""
+    source: Path,
+    target: Path,
+    dtype: torch.dtype,
+    card: str,
+    training_config: Path,
+    test_line: str = "",
+    metric: str = "bleu",
 ) -> dict:
-    """Save a seq2seq model + tokenizer in `dtype` with a model card naming its `training_config`; returns what the
-    card was filled with."""
+    """Save a seq2seq model + tokenizer in `dtype` with a model card naming its `training_config` and its validation
+    `metric` from `eval_results.json`; returns what the card was filled with."""
     model = AutoModelForSeq2SeqLM.from_pretrained(source, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(source)
     model.to(dtype).save_pretrained(target, safe_serialization=True)
@@ -112,7 +155,7 @@ def export_seq2seq(
         "dec": config.decoder_layers,
         "vocab": config.vocab_size,
         "steps": results.get("step", "?"),
-        "bleu": f"{results['bleu']:.2f}" if "bleu" in results else "not recorded",
+        "score": f"{results[metric]:.2f}" if metric in results else "not recorded",
         "dtype": str(dtype).removeprefix("torch."),
         "test_line": test_line,
         "config": training_config.as_posix(),
@@ -211,11 +254,15 @@ def export_heldout(corpus_split: Path, target: Path, rows: int, seed: int) -> No
     Raises `ValueError` for a row with an empty text, which `evaluate.py` would leave out before its draw."""
     lines = corpus_split.read_text(encoding="utf-8").splitlines()
     for number, line in enumerate(lines, start=1):
-        translation = json.loads(line).get("translation") or {}
-        if not all(isinstance(text, str) and text.strip() for text in (translation.get("en"), translation.get("de"))):
+        row = json.loads(line)
+        if "translation" in row:
+            names, texts = "translation.en or translation.de", (row["translation"] or {}).values()
+        else:
+            names, texts = "document or summary", (row.get("document"), row.get("summary"))
+        if not all(isinstance(text, str) and text.strip() for text in texts) or len(texts) != 2:
             raise ValueError(
-                f"{corpus_split}, line {number}: an empty or missing translation.en or translation.de; evaluate.py "
-                "skips such rows before drawing, so the slice would not be its rows. Rebuild the corpus."
+                f"{corpus_split}, line {number}: an empty or missing {names}; evaluate.py skips such rows before "
+                "drawing, so the slice would not be its rows. Rebuild the corpus."
             )
     target.write_text("".join(lines[i] + "\n" for i in sample_indices(len(lines), rows, seed)), encoding="utf-8")
 
@@ -225,7 +272,8 @@ def main() -> None:
     parser.add_argument(
         "--verifier", type=Path, default=None, help="Omit to re-export only the drafter (and assistant)."
     )
-    parser.add_argument("--drafter", type=Path, required=True)
+    parser.add_argument("--task", choices=("translation", "summarization"), default="translation")
+    parser.add_argument("--drafter", type=Path, default=None, help="Omit to export the verifier alone.")
     parser.add_argument("--assistant", type=Path, default=None)
     parser.add_argument(
         "--verifier_config",
@@ -267,17 +315,22 @@ def main() -> None:
     dtype = TORCH_DTYPES[args.dtype]
     out = args.output_dir
     out.mkdir(parents=True, exist_ok=True)
+    if args.verifier is None and args.drafter is None:
+        parser.error("nothing to export: give --verifier, --drafter or both")
+    summarization = args.task == "summarization"
     if args.verifier is not None:
+        card, metric = (SUMMARIZATION_VERIFIER_CARD, "rougeL") if summarization else (VERIFIER_CARD, "bleu")
         values = export_seq2seq(
-            args.verifier, out / "verifier", dtype, VERIFIER_CARD, args.verifier_config, args.test_results
+            args.verifier, out / "verifier", dtype, card, args.verifier_config, args.test_results, metric
         )
         export_heldout(args.heldout, out / "heldout_test.jsonl", args.heldout_rows, args.seed)
         export_heldout(args.validation, out / "heldout_validation.jsonl", args.validation_rows, args.validation_seed)
-        (out / "NOTICE.md").write_text(NOTICE)
+        (out / "NOTICE.md").write_text(SUMMARIZATION_NOTICE if summarization else NOTICE)
         print(f"verifier: {values['params']:.1f}M parameters")
-    export_drafter(
-        args.drafter, out / "drafter", dtype, str(out / "verifier"), args.num_draft_tokens, args.drafter_config
-    )
+    if args.drafter is not None:
+        export_drafter(
+            args.drafter, out / "drafter", dtype, str(out / "verifier"), args.num_draft_tokens, args.drafter_config
+        )
     if args.assistant is not None:
         export_seq2seq(args.assistant, out / "assistant", dtype, ASSISTANT_CARD, args.assistant_config)
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file()) / 2**20

@@ -92,6 +92,17 @@ def test_held_out_slice_is_evaluates_draw_and_refuses_an_incomplete_row(tmp_path
         export_script.export_heldout(split, tmp_path / "slice.jsonl", 3, 0)
 
 
+def test_held_out_summarization_slice_refuses_a_row_without_a_summary(tmp_path, export_script):
+    lines = [json.dumps({"document": f"a long description {i}", "summary": f"synopsis {i}"}) for i in range(6)]
+    split = tmp_path / "test.jsonl"
+    split.write_text("\n".join([*lines, json.dumps({"document": "text", "summary": ""})]) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"test.jsonl, line 7: an empty or missing document or summary"):
+        export_script.export_heldout(split, tmp_path / "slice.jsonl", 3, 0)
+    split.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    export_script.export_heldout(split, tmp_path / "slice.jsonl", 3, 0)
+    assert len((tmp_path / "slice.jsonl").read_text(encoding="utf-8").splitlines()) == 3
+
+
 @pytest.mark.parametrize(
     ("init_from", "origin"),
     [
