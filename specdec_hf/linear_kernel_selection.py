@@ -68,7 +68,7 @@ class KernelChoice:
             name = "float16 weights (FBGEMM)" if self.kernel == FP16_WEIGHTS else "prepacked for oneDNN"
             choice = f"{name} from {self.min_rows} row(s)"
         else:
-            choice = "nn.Linear" + ("" if self.plain_seconds else " (not measured: no oneDNN path for it here)")
+            choice = "nn.Linear" + ("" if self.plain_seconds else " (not measured: no packed kernel for it here)")
         dtype = str(self.dtype).removeprefix("torch.")
         bias = "" if self.bias else ", no bias"
         return f"{self.in_features} -> {self.out_features} ({dtype}{bias}, {self.num_layers} layer(s)): {choice}"
@@ -97,12 +97,15 @@ def kernel_choices_to_json(choices_by_model: dict[str, list[KernelChoice]]) -> d
 def prepack_where_faster(
     model: nn.Module, rows: Sequence[int] = DEFAULT_ROWS, measure: Measure | None = None
 ) -> list[KernelChoice]:
-    """Prepack `model`'s linear layers (`prepack_linear_layers`), then keep each signature prepacked only from the
-    row count on where it is measured faster than `nn.Linear` here.
+    """Prepack `model`'s linear layers (`prepack_linear_layers`), then keep each signature on the packed kernel
+    (oneDNN, or float16 weights where the weights are float16 values) measured faster than `nn.Linear` here, from
+    the row count on where it wins.
 
     Call it after `torch.set_num_threads`, on the device and in the dtype the model will run in: the choice is made
-    for them. A layer kept prepacked has its `min_rows` set (calls with fewer rows take `nn.Linear`'s kernel); a
-    layer of a signature that does not win becomes a plain `nn.Linear` again (same object, parameters and hooks).
+    for them. A layer kept prepacked has its `kernel` and `min_rows` set (calls with fewer rows take `nn.Linear`'s
+    kernel); a layer of a signature where no packed kernel wins becomes a plain `nn.Linear` again (same object,
+    parameters and hooks). Of several kernels that win, the one with the smallest cost relative to `nn.Linear`,
+    summed over the measured row counts, is kept.
     The choice rests on timings: two calls can choose differently where both kernels cost about the same. A later
     `prepack_linear_layers(model)` prepacks every layer again, at every row count.
 
@@ -110,9 +113,10 @@ def prepack_where_faster(
         model (`nn.Module`): On CPU, as for `prepack_linear_layers`.
         rows (`Sequence[int]`): Row counts to measure, increasing; calls with more rows than the last follow its
             choice.
-        measure (`Callable`, *optional*): `(layer, rows) -> (plain seconds, prepacked seconds)` per call; by default
-            both kernels are timed on a random input, under `torch.inference_mode`, in interleaved rounds (about
-            850 calls per signature: well under a second for the demo pair's layers, longer for large ones).
+        measure (`Callable`, *optional*): `(layer, rows) -> (plain seconds, packed seconds)` per call, called once
+            per row count and packed kernel with the layer's `kernel` set to it; by default both are timed on a
+            random input, under `torch.inference_mode`, in interleaved rounds (about 850 calls per signature and
+            kernel: well under a second for the demo pair's layers, longer for large ones).
 
     Returns:
         `list[KernelChoice]`: one per signature, in the order the model's modules first show it.
@@ -130,12 +134,19 @@ def prepack_where_faster(
     groups: dict[tuple, list[PrepackedLinear]] = {}
     for module in model.modules():
         if type(module) is PrepackedLinear:  # not subclasses, which may compute something else
-            key = (module.in_features, module.out_features, module.bias is not None, module.weight.dtype)
+            # layers of one shape whose weights are float16 values and layers whose are not choose apart
+            key = (
+                module.in_features,
+                module.out_features,
+                module.bias is not None,
+                module.weight.dtype,
+                module.fp16_weights_exact(),
+            )
             groups.setdefault(key, []).append(module)
     # every signature decided before any layer changes: a measurement that raises leaves the model as prepacked
     decided = [(key, layers, *_measure_signature(layers[0], rows, measure)) for key, layers in groups.items()]
     choices = []
-    for (in_features, out_features, bias, dtype), layers, plain, prepacked, min_rows, kernel in decided:
+    for (in_features, out_features, bias, dtype, _), layers, plain, prepacked, min_rows, kernel in decided:
         for layer in layers:
             if min_rows is None:
                 layer.to_linear()
@@ -155,35 +166,41 @@ def _measure_signature(
     measurement. Each kernel that runs the layer is measured (oneDNN, then float16 weights); of those that win at
     the last count, the one costing least over the measured counts is chosen (oneDNN on a tie)."""
     measured = []
-    with torch.inference_mode():  # as evaluate.py decodes
-        for kernel in [kernel for kernel in (ONEDNN, FP16_WEIGHTS) if _runs(layer, kernel)]:
-            layer.kernel = kernel
-            seconds = [measure(layer, count) for count in rows]
-            measured.append((kernel, tuple(s[0] for s in seconds), tuple(s[1] for s in seconds)))
+    try:
+        with torch.inference_mode():  # as evaluate.py decodes
+            for kernel in [kernel for kernel in (ONEDNN, FP16_WEIGHTS) if _runs(layer, kernel)]:
+                layer.kernel = kernel
+                seconds = [measure(layer, count) for count in rows]
+                measured.append((kernel, tuple(s[0] for s in seconds), tuple(s[1] for s in seconds)))
+            layer.kernel = ONEDNN
+            # a kernel whose operator failed on a real call meanwhile runs no layer now
+            measured = [entry for entry in measured if _runs(layer, entry[0])]
+    finally:
         layer.kernel = ONEDNN
-        # a kernel whose operator failed on a real call meanwhile runs no layer now
-        measured = [entry for entry in measured if _runs(layer, entry[0])]
     if not measured:
         return (), (), None, None
+    # one nn.Linear baseline for every kernel (each was timed beside it), so that their comparison shares it
+    plain = tuple(min(entry[1][index] for entry in measured) for index in range(len(rows)))
     best = None
-    for kernel, plain, packed in measured:
+    for kernel, _, packed in measured:
         min_rows = _first_of_winning_tail(rows, plain, packed)
         if min_rows is None:
             continue
-        cost = sum(p if count < min_rows else k for count, p, k in zip(rows, plain, packed, strict=True))
+        # relative cost per row count, so that the largest counts (the slowest calls) do not outweigh the few-row
+        # calls decoding makes most
+        cost = sum(1.0 if count < min_rows else k / p for count, p, k in zip(rows, plain, packed, strict=True))
         if best is None or cost < best[0]:
-            best = (cost, kernel, plain, packed, min_rows)
+            best = (cost, kernel, packed, min_rows)
     if best is None:  # no packed kernel wins: report the first measured
-        kernel, plain, packed = measured[0]
-        return plain, packed, None, None
-    _, kernel, plain, packed, min_rows = best
+        return plain, measured[0][2], None, None
+    _, kernel, packed, min_rows = best
     return plain, packed, min_rows, kernel
 
 
 def _runs(layer: PrepackedLinear, kernel: str) -> bool:
     """Whether `kernel` would compute `layer` (on a one-row input of its dtype, without gradients)."""
     if kernel == FP16_WEIGHTS:
-        return layer.takes_fp16_weights() and PrepackedLinear._takes_prepacked_path(
+        return layer.fp16_weights_exact() and PrepackedLinear._takes_prepacked_path(
             torch.zeros(1, layer.in_features), layer.weight, layer.bias, (torch.float32,)
         )
     operators = _onednn_operators()

@@ -99,6 +99,8 @@ class _Fp16WeightOperators(NamedTuple):
 
 
 _fp16_operators: _Fp16WeightOperators | None | object = _UNPROBED
+# the quantized engines under which FBGEMM's packing runs
+_FBGEMM_ENGINES = ("fbgemm", "x86")
 
 
 def _fp16_weight_operators() -> _Fp16WeightOperators | None:
@@ -110,7 +112,10 @@ def _fp16_weight_operators() -> _Fp16WeightOperators | None:
 
 
 def _probe_fp16_weight_operators() -> _Fp16WeightOperators | None:
-    if "fbgemm" not in torch.backends.quantized.supported_engines:
+    if (
+        "fbgemm" not in torch.backends.quantized.supported_engines
+        or torch.backends.quantized.engine not in _FBGEMM_ENGINES
+    ):
         return None
     try:
         operators = _Fp16WeightOperators(
@@ -161,8 +166,9 @@ class PrepackedLinear(nn.Linear):
     """An `nn.Linear` whose CPU inference uses a copy of its weight packed once for a faster kernel.
 
     The kernel is the attribute `kernel`: `"onednn"` (the default: the weight reordered for oneDNN, float32 and
-    bfloat16) or `"fp16_weights"` (FBGEMM's float16 GEMM, for float32 layers whose weight holds float16 values only;
-    a weight with any other value runs `nn.Linear`'s computation; chosen by `prepack_where_faster`).
+    bfloat16) or `"fp16_weights"` (FBGEMM's float16 GEMM, for float32 layers whose weight holds finite float16 values
+    only, chosen by `prepack_where_faster`; a weight with any other value, a 1-D input and a quantized engine other
+    than FBGEMM's or x86 run `nn.Linear`'s computation). Everything below holds for both kernels.
 
     `prepack_linear_layers` turns a model's `nn.Linear` layers into this class in place (same objects, parameters,
     hooks and attributes); `from_linear` builds a new one sharing a layer's parameters; the constructor is
@@ -196,7 +202,7 @@ class PrepackedLinear(nn.Linear):
 
     def to_linear(self) -> None:
         """Turn this layer back into the plain `nn.Linear` it was, in place: same object, parameters and hooks; its
-        packed copy and `min_rows` dropped."""
+        packed copy, `min_rows` and `kernel` dropped."""
         for name in ("_packed", "_packed_source", "_packed_key", "min_rows", "kernel"):
             self.__dict__.pop(name, None)
         self.__class__ = nn.Linear
@@ -237,41 +243,47 @@ class PrepackedLinear(nn.Linear):
         operators = _fp16_weight_operators()
         if (
             operators is None
+            or input.dim() < 2  # the operator takes (rows, features) and more; nn.Linear also takes a vector
             or input.numel() < self.min_rows * self.in_features
+            or torch.backends.quantized.engine not in _FBGEMM_ENGINES  # the packing needs an FBGEMM engine
+            or (bias is not None and bias.is_inference())  # no version counter to key the packed copy on
             or not self._takes_prepacked_path(input, weight, bias, (torch.float32,))
         ):
             return F.linear(input, weight, bias)
-        packed = self._packed_fp16_weight(weight, bias, operators)
-        if packed is None:  # a weight value float16 cannot hold: the kernel would not compute this layer
-            return F.linear(input, weight, bias)
         try:
+            packed = self._packed_fp16_weight(weight, bias, operators)
+            if packed is None:  # a weight value float16 cannot hold: the kernel would not compute this layer
+                return F.linear(input, weight, bias)
             return operators.linear(input, packed)
         except RuntimeError as err:
             output = F.linear(input, weight, bias)  # a bad input raises here, as it does in nn.Linear
             _disable_fp16_weights_after_failure(err)
             return output
 
-    def takes_fp16_weights(self) -> bool:
-        """Whether the `"fp16_weights"` kernel can compute this layer exactly: float32 parameters on the CPU, the
-        weight's values all float16 values, and FBGEMM's operators here."""
+    def fp16_weights_exact(self) -> bool:
+        """Whether the `"fp16_weights"` kernel computes this layer as `nn.Linear` does (up to summation order):
+        float32 parameters on the CPU, every weight value a finite float16 value, FBGEMM's operators here."""
         weight, bias = self.weight, self.bias
         if _fp16_weight_operators() is None or weight.dtype != torch.float32 or weight.device.type != "cpu":
             return False
         if weight.numel() == 0 or (bias is not None and bias.dtype != torch.float32):
             return False
         with torch.no_grad():
-            return bool(torch.equal(weight.to(torch.float16).to(torch.float32), weight))
+            # ±inf survives the round trip but FBGEMM saturates it to ±65504
+            return bool(torch.equal(weight.to(torch.float16).to(torch.float32), weight) and weight.isfinite().all())
 
     def _packed_fp16_weight(
         self, weight: torch.Tensor, bias: torch.Tensor | None, operators: _Fp16WeightOperators
     ) -> torch.Tensor | None:
         key = (FP16_WEIGHTS, weight.data_ptr(), weight.shape, weight.stride(), weight._version)
         if bias is not None:
-            key += (bias.data_ptr(), bias._version)
+            key += (bias.data_ptr(), bias.shape, bias.stride(), bias._version)
         if self._packed_key != key:
-            exact = self.takes_fp16_weights()
+            # copies: the packing may write to the tensors it is given (it saturates out-of-range weights in place)
             self._packed = (
-                operators.prepack(weight.detach(), None if bias is None else bias.detach()) if exact else None
+                operators.prepack(weight.detach().clone(), None if bias is None else bias.detach().clone())
+                if self.fp16_weights_exact()
+                else None
             )
             self._packed_source = (weight.detach(), None if bias is None else bias.detach())
             self._packed_key = key
@@ -314,7 +326,7 @@ class PrepackedLinear(nn.Linear):
 
     def extra_repr(self) -> str:
         return super().extra_repr() + (
-            ", float16 weights (FBGEMM)" if self.kernel == FP16_WEIGHTS else ", prepacked for oneDNN"
+            ", float16 weights (FBGEMM) where exact" if self.kernel == FP16_WEIGHTS else ", prepacked for oneDNN"
         )
 
 

@@ -233,12 +233,22 @@ def _measure_by_kernel(seconds: dict[str, float], calls: list | None = None):
 
 
 @pytest.fixture
-def fp16_weights_here():
-    if prepacked_linear_module._fp16_weight_operators() is None:
+def counted_fp16_calls(monkeypatch):
+    """How many calls took FBGEMM's float16-weight kernel (the operator wrapped, its results kept)."""
+    operators = prepacked_linear_module._fp16_weight_operators()
+    if operators is None:
         pytest.skip("FBGEMM's float16-weight operators do not run here")
+    calls = []
+
+    def counting(inputs, packed):
+        calls.append(inputs.shape)
+        return operators.linear(inputs, packed)
+
+    monkeypatch.setattr(prepacked_linear_module, "_fp16_operators", operators._replace(linear=counting))
+    return calls
 
 
-def test_float16_valued_layers_keep_the_packed_kernel_measured_cheaper(fp16_weights_here):
+def test_float16_valued_layers_keep_the_packed_kernel_measured_cheaper(counted_fp16_calls):
     model = _float16_valued(_model())
     reference = copy.deepcopy(model)
     choices = prepack_where_faster(model, rows=ROWS, measure=_measure_by_kernel({"onednn": 1.5, "fp16_weights": 1.0}))
@@ -249,6 +259,7 @@ def test_float16_valued_layers_keep_the_packed_kernel_measured_cheaper(fp16_weig
     inputs = torch.randn(3, 32)
     with torch.no_grad():
         torch.testing.assert_close(model(inputs), reference(inputs), rtol=1e-5, atol=1e-5)
+    assert len(counted_fp16_calls) == 3  # every layer ran on it
     if _prepacked_here(torch.float32):  # and oneDNN where it is the cheaper one
         choices = prepack_where_faster(
             model, rows=ROWS, measure=_measure_by_kernel({"onednn": 1.0, "fp16_weights": 1.5})
@@ -257,14 +268,14 @@ def test_float16_valued_layers_keep_the_packed_kernel_measured_cheaper(fp16_weig
         assert all(layer.kernel == "onednn" for layer in _linears(model))
 
 
-def test_only_float16_valued_weights_are_measured_on_the_fp16_kernel(fp16_weights_here):
+def test_only_float16_valued_weights_are_measured_on_the_fp16_kernel(counted_fp16_calls):
     calls = []
     choices = prepack_where_faster(_model(), rows=ROWS, measure=_measure_by_kernel({"onednn": 1.0}, calls))
     assert "fp16_weights" not in calls
     assert all(choice.kernel in (None, "onednn") for choice in choices)
 
 
-def test_beta_one_equals_greedy_on_float16_weight_kernels(family, fp16_weights_here):
+def test_beta_one_equals_greedy_on_float16_weight_kernels(family, counted_fp16_calls):
     """Every linear call of both models on FBGEMM's float16-weight kernel: β=1 is still greedy's output."""
     verifier = _float16_valued(build_verifier(family).eval())
     torch.manual_seed(0)
@@ -277,8 +288,50 @@ def test_beta_one_equals_greedy_on_float16_weight_kernels(family, fp16_weights_h
         assert {choice.kernel for choice in choices} == {"fp16_weights"}
     inputs = make_source_batch(3, pad_token_id=verifier.config.pad_token_id)
     greedy = verifier.generate(**inputs, do_sample=False, max_new_tokens=20)
+    assert counted_fp16_calls, "greedy ran on the float16-weight kernel"
     output = verifier.generate(
         **inputs, do_sample=False, max_new_tokens=20, num_draft_tokens=4, custom_generate=speculative_generate,
         drafter=drafter,
     )  # fmt: skip
     assert torch.equal(output, greedy)
+
+
+def test_layers_of_one_shape_choose_apart_by_their_weights(counted_fp16_calls):
+    """Float16-valued and other weights of the same shape are two signatures: only the first may take the float16
+    kernel, and each is measured on the kernels that would run it."""
+    model = _model()
+    _float16_valued(model[0])  # 32 -> 48, as the last layer, whose weight stays float32-valued
+    calls = []
+    choices = prepack_where_faster(
+        model, rows=ROWS, measure=_measure_by_kernel({"onednn": 1.5, "fp16_weights": 1.0}, calls)
+    )
+    by_layer = {id(layer): layer.kernel for layer in _linears(model) if isinstance(layer, PrepackedLinear)}
+    assert model[0].kernel == "fp16_weights"
+    assert by_layer.get(id(model[4])) in (None, "onednn")  # never the float16 kernel
+    assert len(choices) == 3 and calls.count("fp16_weights") == len(ROWS)
+
+
+def test_of_two_winning_kernels_the_one_cheaper_at_few_rows_is_kept(counted_fp16_calls):
+    """Costs relative to nn.Linear: a kernel faster at every count but by little at the largest is preferred over
+    one that wins only at the largest counts, however large their absolute times."""
+    plain = {1: 10.0, 2: 11.0, 5: 13.0, 9: 45.0}
+    packed = {"fp16_weights": {1: 6.0, 2: 7.0, 5: 9.0, 9: 44.0}, "onednn": {1: 11.0, 2: 12.0, 5: 14.0, 9: 20.0}}
+
+    def measure(layer, rows):
+        return plain[rows], packed[layer.kernel][rows]
+
+    choices = prepack_where_faster(_float16_valued(_model()), rows=ROWS, measure=measure)
+    assert [(choice.kernel, choice.min_rows) for choice in choices] == [("fp16_weights", 1)] * 2
+
+
+def test_a_failing_measurement_leaves_the_layers_on_onednn(counted_fp16_calls):
+    model = _float16_valued(_model())
+
+    def measure(layer, rows):
+        if layer.kernel == "fp16_weights":
+            raise RuntimeError("timer broke")
+        return 2.0, 1.0
+
+    with pytest.raises(RuntimeError, match="timer broke"):
+        prepack_where_faster(model, rows=ROWS, measure=measure)
+    assert all(layer.kernel == "onednn" for layer in _linears(model))

@@ -317,10 +317,10 @@ def counted_fp16_calls(monkeypatch):
 
 
 def _fp16_valued_pair(bias: bool = True) -> tuple[nn.Linear, PrepackedLinear]:
+    """A layer whose weight holds float16 values (its bias, float32, does not) on the float16-weight kernel."""
     linear, packed = _pair(torch.float32, bias)
     with torch.no_grad():
-        for parameter in linear.parameters():
-            parameter.copy_(parameter.half().float())
+        linear.weight.copy_(linear.weight.half().float())
     packed.kernel = prepacked_linear_module.FP16_WEIGHTS
     return linear, packed
 
@@ -334,7 +334,7 @@ def test_fp16_weights_match_nn_linear_on_float16_valued_weights(counted_fp16_cal
     with torch.no_grad():
         torch.testing.assert_close(packed(inputs), linear(inputs), rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(packed(strided), linear(strided), rtol=1e-5, atol=1e-5)
-    assert len(counted_fp16_calls) == 2 and packed.takes_fp16_weights()
+    assert len(counted_fp16_calls) == 2 and packed.fp16_weights_exact()
 
 
 def test_fp16_weights_never_round_a_weight(counted_fp16_calls):
@@ -344,16 +344,20 @@ def test_fp16_weights_never_round_a_weight(counted_fp16_calls):
     packed.kernel = prepacked_linear_module.FP16_WEIGHTS
     inputs = torch.randn(3, 48)
     with torch.no_grad():
-        assert not packed.takes_fp16_weights() and torch.equal(packed(inputs), linear(inputs))
+        assert not packed.fp16_weights_exact() and torch.equal(packed(inputs), linear(inputs))
         assert counted_fp16_calls == []
         linear.weight.copy_(linear.weight.half().float())  # shared: now float16-valued
         torch.testing.assert_close(packed(inputs), linear(inputs), rtol=1e-5, atol=1e-5)
         assert len(counted_fp16_calls) == 1
         linear.weight.add_(1e-4)  # inexact again: repacked, so the kernel is left
         assert torch.equal(packed(inputs), linear(inputs)) and len(counted_fp16_calls) == 1
-        linear.bias.copy_(torch.zeros(40))
         linear.weight.copy_(linear.weight.half().float())
-        torch.testing.assert_close(packed(inputs), linear(inputs), rtol=1e-5, atol=1e-5)  # the new bias is used
+        torch.testing.assert_close(packed(inputs), linear(inputs), rtol=1e-5, atol=1e-5)
+        linear.bias.add_(1.0)  # the bias alone changed in place: repacked with it
+        torch.testing.assert_close(packed(inputs), linear(inputs), rtol=1e-5, atol=1e-5)
+        packed.bias = nn.Parameter(torch.randn(40))  # a new bias (the layer's own now, not the linear's)
+        torch.testing.assert_close(packed(inputs), F.linear(inputs, linear.weight, packed.bias), rtol=1e-5, atol=1e-5)
+    assert len(counted_fp16_calls) == 4
 
 
 def test_fp16_weights_keep_nn_linear_for_gradients_and_few_rows(counted_fp16_calls):
@@ -394,3 +398,35 @@ def test_prepack_linear_layers_puts_every_layer_back_on_onednn():
     model = nn.Sequential(packed)
     prepack_linear_layers(model)
     assert model[0].kernel == prepacked_linear_module.ONEDNN and model[0].min_rows == 1
+
+
+def test_fp16_weights_leave_infinite_weights_and_the_parameters_alone(counted_fp16_calls):
+    """±inf survives a float16 round trip but FBGEMM saturates it: such a layer keeps nn.Linear's computation, and
+    its parameters are never written."""
+    linear, packed = _fp16_valued_pair()
+    with torch.no_grad():
+        linear.weight[0, 0] = float("inf")
+        before = linear.weight.clone()
+        inputs = torch.randn(3, 48)
+        assert not packed.fp16_weights_exact()
+        assert torch.equal(packed(inputs), linear(inputs)) and counted_fp16_calls == []
+        assert torch.equal(linear.weight, before)
+
+
+def test_fp16_weights_fall_back_quietly_for_vectors_and_other_engines(counted_fp16_calls):
+    """A 1-D input (nn.Linear takes one, the operator does not) and a quantized engine FBGEMM's packing does not
+    serve take nn.Linear's computation, without disabling the kernel or warning."""
+    linear, packed = _fp16_valued_pair()
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        torch.testing.assert_close(packed(torch.ones(48)), linear(torch.ones(48)))
+        previous = torch.backends.quantized.engine
+        if "qnnpack" in torch.backends.quantized.supported_engines:
+            torch.backends.quantized.engine = "qnnpack"
+            try:
+                torch.testing.assert_close(packed(torch.ones(2, 48)), linear(torch.ones(2, 48)))
+            finally:
+                torch.backends.quantized.engine = previous
+        assert counted_fp16_calls == []
+        packed(torch.ones(2, 48))
+    assert len(counted_fp16_calls) == 1 and prepacked_linear_module._fp16_operators is not None
