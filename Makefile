@@ -21,14 +21,18 @@ $(VENV)/.installed: pyproject.toml
 # the main job: the offline en->de pair shipped in models/demo-en-de on 100 of its held-out rows, greedy, beam-5 and
 # speculative decoding timed interleaved over 3 repeats (outputs/demo_en_de/); HF assisted generation and
 # CTranslate2 against greedy (outputs/demo_en_de_peers/); greedy and speculative decoding again with the verifier in
-# bfloat16 (outputs/demo_en_de_bf16/); then one table of all three into docs/main_job.md and the README. It reads
-# nothing but the working tree (no git history or tags, no network): `make demo-check` runs its checks alone.
+# bfloat16 (outputs/demo_en_de_bf16/); the summarization pair shipped in models/demo-sum on 100 of its held-out rows
+# with its checkpoint's processors, greedy, its beam search, the source-copy drafter and prompt lookup
+# (outputs/demo_sum/); then one table per task into docs/main_job.md and the README. It reads nothing but the
+# working tree (no git history or tags, no network): `make demo-check` runs its checks alone.
 DEMO_STARTED := $(shell date +%s)
-DEMO_RUNS := --run float32=outputs/demo_en_de --run peers=outputs/demo_en_de_peers --run bfloat16=outputs/demo_en_de_bf16
+DEMO_RUNS := --run float32=outputs/demo_en_de --run peers=outputs/demo_en_de_peers \
+	--run bfloat16=outputs/demo_en_de_bf16 --run summarization=outputs/demo_sum
 demo: setup
 	$(PY) evaluate.py --config configs/eval/demo_en_de.yaml
 	$(PY) evaluate.py --config configs/eval/demo_en_de_peers.yaml
 	$(PY) evaluate.py --config configs/eval/demo_en_de_bf16.yaml
+	$(PY) evaluate.py --config configs/eval/demo_sum.yaml
 	$(PY) -m specdec_hf.evaluation.summary $(DEMO_RUNS) --output docs/main_job.md --readme README.md --started_at $(DEMO_STARTED)
 
 # every check of the main job's commands (arguments, paths, data, models), without decoding: seconds
