@@ -63,6 +63,7 @@ are stored in {dtype}; load them in float32 (or bfloat16) on CPUs.
 
 ```python
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
 model = AutoModelForSeq2SeqLM.from_pretrained("models/demo-sum/verifier", dtype="float32")
 tokenizer = AutoTokenizer.from_pretrained("models/demo-sum/verifier")
 ```
@@ -98,6 +99,7 @@ Weights are stored in {dtype}; load them in float32 (or bfloat16) on CPUs.
 
 ```python
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
 model = AutoModelForSeq2SeqLM.from_pretrained("models/demo-en-de/verifier", dtype="float32")
 tokenizer = AutoTokenizer.from_pretrained("models/demo-en-de/verifier")
 ```
