@@ -183,3 +183,21 @@ def fresh_draft_length_measurements():
     draft_length.clear_measurements()
     yield
     draft_length.clear_measurements()
+
+
+@pytest.fixture
+def counted_fp16_calls(monkeypatch):
+    """How many calls took FBGEMM's float16-weight kernel (the operator wrapped, its results kept)."""
+    from specdec_hf import prepacked_linear
+
+    operators = prepacked_linear._fp16_weight_operators()
+    if operators is None:
+        pytest.skip("FBGEMM's float16-weight operators do not run here")
+    calls = []
+
+    def counting(inputs, packed):
+        calls.append(inputs.shape)
+        return operators.linear(inputs, packed)
+
+    monkeypatch.setattr(prepacked_linear, "_fp16_operators", operators._replace(linear=counting))
+    return calls

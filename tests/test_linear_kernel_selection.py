@@ -232,22 +232,6 @@ def _measure_by_kernel(seconds: dict[str, float], calls: list | None = None):
     return measure
 
 
-@pytest.fixture
-def counted_fp16_calls(monkeypatch):
-    """How many calls took FBGEMM's float16-weight kernel (the operator wrapped, its results kept)."""
-    operators = prepacked_linear_module._fp16_weight_operators()
-    if operators is None:
-        pytest.skip("FBGEMM's float16-weight operators do not run here")
-    calls = []
-
-    def counting(inputs, packed):
-        calls.append(inputs.shape)
-        return operators.linear(inputs, packed)
-
-    monkeypatch.setattr(prepacked_linear_module, "_fp16_operators", operators._replace(linear=counting))
-    return calls
-
-
 def test_float16_valued_layers_keep_the_packed_kernel_measured_cheaper(counted_fp16_calls):
     model = _float16_valued(_model())
     reference = copy.deepcopy(model)

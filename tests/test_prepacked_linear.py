@@ -300,22 +300,6 @@ def test_beta_one_on_prepacked_models_equals_greedy_on_the_same_model(family, ba
 # ---------------------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def counted_fp16_calls(monkeypatch):
-    """How many calls took FBGEMM's float16-weight kernel (the operator wrapped, its results kept)."""
-    operators = prepacked_linear_module._fp16_weight_operators()
-    if operators is None:
-        pytest.skip("FBGEMM's float16-weight operators do not run here")
-    calls = []
-
-    def counting(inputs, packed):
-        calls.append(inputs.shape)
-        return operators.linear(inputs, packed)
-
-    monkeypatch.setattr(prepacked_linear_module, "_fp16_operators", operators._replace(linear=counting))
-    return calls
-
-
 def _fp16_valued_pair(bias: bool = True) -> tuple[nn.Linear, PrepackedLinear]:
     """A layer whose weight holds float16 values (its bias, float32, does not) on the float16-weight kernel."""
     linear, packed = _pair(torch.float32, bias)

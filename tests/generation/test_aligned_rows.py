@@ -179,15 +179,8 @@ class StopAfterStepsRecordingScores(StoppingCriteria):
         return steps >= 3 + 2 * torch.arange(input_ids.shape[0], device=input_ids.device)
 
 
-@pytest.mark.parametrize("batch_size", [1, 4])
-@pytest.mark.parametrize("output_scores", [False, True])
-def test_a_criterion_reads_scores_as_greedy_hands_them(batch_size, output_scores):
-    """`scores` reaches a criterion as greedy hands it at every call: None without `output_scores`, else every
-    step so far, with rows finishing at different iterations."""
-    model = build_verifier("bart")
-    inputs = make_source_batch(batch_size, seed=5, pad_token_id=model.config.pad_token_id)
-    options = dict(max_new_tokens=20, output_scores=output_scores)
-    greedy_criterion, speculative_criterion = StopAfterStepsRecordingScores(), StopAfterStepsRecordingScores()
+def _with_criteria(model, inputs, greedy_criterion, speculative_criterion, **options):
+    """Greedy with one criterion, then k=4 speculative decoding (an oracle half right) with its twin."""
     reference = model.generate(
         **inputs, **GREEDY, return_dict_in_generate=True, stopping_criteria=StoppingCriteriaList([greedy_criterion]),
         **options,
@@ -197,6 +190,19 @@ def test_a_criterion_reads_scores_as_greedy_hands_them(batch_size, output_scores
         model, inputs, drafter, num_draft_tokens=4, stopping_criteria=StoppingCriteriaList([speculative_criterion]),
         **options,
     )  # fmt: skip
+    return reference, output
+
+
+@pytest.mark.parametrize("batch_size", [1, 4])
+@pytest.mark.parametrize("output_scores", [False, True])
+def test_a_criterion_reads_scores_as_greedy_hands_them(batch_size, output_scores):
+    """`scores` reaches a criterion as greedy hands it at every call: None without `output_scores`, else every
+    step so far, with rows finishing at different iterations."""
+    model = build_verifier("bart")
+    inputs = make_source_batch(batch_size, seed=5, pad_token_id=model.config.pad_token_id)
+    options = dict(max_new_tokens=20, output_scores=output_scores)
+    greedy_criterion, speculative_criterion = StopAfterStepsRecordingScores(), StopAfterStepsRecordingScores()
+    reference, output = _with_criteria(model, inputs, greedy_criterion, speculative_criterion, **options)
     assert torch.equal(output.sequences, reference.sequences)
     assert len(speculative_criterion.handed) == len(greedy_criterion.handed) == 3 + 2 * (batch_size - 1)
     for ours, theirs in zip(speculative_criterion.handed, greedy_criterion.handed, strict=True):
@@ -247,14 +253,6 @@ def test_an_eos_subclass_with_its_own_call_gets_the_scores_greedy_hands_it(batch
     eos = model.generation_config.eos_token_id
     greedy_criterion, speculative_criterion = RecordingEos(eos), RecordingEos(eos)
     options = dict(max_new_tokens=12, output_scores=True)
-    reference = model.generate(
-        **inputs, **GREEDY, return_dict_in_generate=True, stopping_criteria=StoppingCriteriaList([greedy_criterion]),
-        **options,
-    )  # fmt: skip
-    drafter = OracleDrafter(reference.sequences, VOCAB_SIZE, 4, "half")
-    output = generate_with_drafter(
-        model, inputs, drafter, num_draft_tokens=4, stopping_criteria=StoppingCriteriaList([speculative_criterion]),
-        **options,
-    )  # fmt: skip
+    reference, output = _with_criteria(model, inputs, greedy_criterion, speculative_criterion, **options)
     assert torch.equal(output.sequences, reference.sequences)
     assert speculative_criterion.lengths == greedy_criterion.lengths and greedy_criterion.lengths[-1] > 1
