@@ -34,11 +34,11 @@ import transformers
 from _common import positive_int
 
 from specdec_hf.data.loading import DataArguments, load_text_pairs, sample_indices
-from specdec_hf.data.tokenization import default_source_prefix
+from specdec_hf.data.tokenization import default_source_prefix, source_length_limit
 from specdec_hf.dtypes import TORCH_DTYPES
 from specdec_hf.evaluation import ctranslate2_peer
 from specdec_hf.evaluation.arguments import EvaluationArguments
-from specdec_hf.evaluation.batching import Batch, encode_sources, eos_token_ids, make_batches, source_length_limit
+from specdec_hf.evaluation.batching import Batch, encode_sources, eos_token_ids, make_batches
 from specdec_hf.evaluation.execution import StrategyRun, group_runner, run_strategy
 from specdec_hf.evaluation.interleaved import format_spread, interleave, timing_summary
 from specdec_hf.evaluation.loading import EvaluationModels, load_models

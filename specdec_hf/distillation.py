@@ -49,7 +49,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 from .config_parsing import parse_yaml_and_cli
 from .data.loading import DataArguments, load_text_pairs
 from .data.padding import pad_token_ids, trim_at_eos
-from .data.tokenization import check_tokenizer_matches, default_source_prefix, tokenize_pairs
+from .data.tokenization import check_tokenizer_matches, default_source_prefix, source_length_limit, tokenize_pairs
 from .dtypes import TORCH_DTYPES
 from .files import write_json_atomic
 from .model_files import load_pretrained
@@ -85,7 +85,10 @@ class DistillationSettings:
         default=None,
         metadata={"help": "Prepended to each source (default: the T5 task prefix for t5/mt5 verifiers; '' for none)."},
     )
-    max_source_length: int = field(default=1024, metadata={"help": "Longer sources are truncated."})
+    max_source_length: int | None = field(
+        default=None,
+        metadata={"help": "Longer sources are truncated (default: the longest the verifier and tokenizer can read)."},
+    )
     shard_size: int = field(default=1024, metadata={"help": "Examples per shard (the unit of resumption)."})
     max_shards: int | None = field(
         default=None, metadata={"help": "Stop after writing this many new shards (time-boxed runs); rerun to go on."}
@@ -96,7 +99,7 @@ class DistillationSettings:
 
     def __post_init__(self):
         for name in ("num_beams", "batch_size", "max_new_tokens", "max_source_length", "shard_size"):
-            if getattr(self, name) < 1:
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"`{name}` must be at least 1, got {getattr(self, name)}")
         if self.max_shards is not None and self.max_shards < 1:
             raise ValueError(f"`max_shards` must be at least 1, got {self.max_shards}")
@@ -121,6 +124,19 @@ class DistillationArguments(DistillationSettings):
             raise ValueError(f"`dtype` must be one of {list(TORCH_DTYPES)}, got {self.dtype!r}")
 
 
+def _max_source_length(requested: int | None, tokenizer, verifier) -> int:
+    limit = source_length_limit(tokenizer, verifier)
+    if requested is None:
+        return limit
+    if requested > limit:
+        # a longer source would index past the verifier's position embeddings mid-run, after hours of decoding
+        raise ValueError(
+            f"`max_source_length` is {requested}, but the verifier and its tokenizer read at most {limit} tokens: "
+            f"pass `max_source_length` <= {limit}, or leave it unset for {limit}"
+        )
+    return requested
+
+
 def distill(
     verifier: transformers.PreTrainedModel,
     tokenizer: transformers.PreTrainedTokenizerBase,
@@ -143,8 +159,9 @@ def distill(
             merged dataset and `distillation_config.json` go (`output_dir`); the decoding (`num_beams`,
             `batch_size`: sources per `generate` call, each shard sorted by source length before batching;
             `max_new_tokens`; `source_prefix`, e.g. T5's `"summarize: "`; `max_source_length`, longer sources
-            truncated with EOS kept); `shard_size`, the unit of resumption; `max_shards`, stop after writing this
-            many new shards in this call; `overwrite_output_dir`, discard an earlier run's outputs first.
+            truncated with EOS kept, None for the longest the verifier and its tokenizer read); `shard_size`, the
+            unit of resumption; `max_shards`, stop after writing this many new shards in this call;
+            `overwrite_output_dir`, discard an earlier run's outputs first.
         metadata (`dict`, *optional*): Extra JSON-serialisable facts for `distillation_config.json` (e.g. the data).
         progress (`bool`): Show a tqdm progress bar.
         state (`accelerate.PartialState`, *optional*): The processes sharing the work (e.g. under `accelerate
@@ -159,7 +176,7 @@ def distill(
 
     Raises:
         `ValueError`: `output_dir` holds a run with other settings or other data (use `overwrite` or another
-            directory), or the tokenizer does not match the verifier.
+            directory), the tokenizer does not match the verifier, or `max_source_length` exceeds what they read.
     """
     check_tokenizer_matches(tokenizer, verifier.config)
     if "source" not in dataset.column_names:
@@ -177,6 +194,7 @@ def distill(
         _remove_outputs(output_dir)
     barrier()
     shard_size = args.shard_size
+    max_source_length = _max_source_length(args.max_source_length, tokenizer, verifier)
     settings = {
         "verifier": verifier.name_or_path,
         # the weights themselves: another model saved to the same path must not add to these shards
@@ -186,7 +204,7 @@ def distill(
         "num_beams": args.num_beams,
         "max_new_tokens": args.max_new_tokens,
         "source_prefix": args.source_prefix or "",
-        "max_source_length": args.max_source_length,
+        "max_source_length": max_source_length,
         "shard_size": shard_size,
     }
     if main_process:
@@ -205,7 +223,7 @@ def distill(
         dataset,
         tokenizer,
         source_prefix=args.source_prefix,
-        max_source_length=args.max_source_length,
+        max_source_length=max_source_length,
         overlong="truncate",
         with_targets=False,
     )

@@ -115,6 +115,22 @@ def test_beam_search_outputs_and_source_prefix(tmp_path, verifier, tokenizer, da
     assert list(result["target_ids"]) == expected_target_ids(verifier, tokenizer, sources, num_beams=2)
 
 
+def test_sources_are_cut_to_what_the_verifier_reads(tmp_path, tokenizer, dataset):
+    """Unset, `max_source_length` is the verifier's position limit; beyond it the run is refused before decoding."""
+    limit = MAX_NEW_TOKENS + 2  # the decoder reads its start token and MAX_NEW_TOKENS more
+    verifier = build_verifier("bart", max_position_embeddings=limit)
+    subset = dataset.select(range(4))
+    assert max(len(ids) for ids in tokenizer(list(subset["source"]))["input_ids"]) > limit
+
+    result = run_distill(verifier, tokenizer, subset, tmp_path / "cut")
+
+    assert max(len(ids) for ids in result["input_ids"]) == limit
+    assert all(ids[-1] == tokenizer.eos_token_id for ids in result["input_ids"])
+    assert json.loads((tmp_path / "cut" / CONFIG_NAME).read_text())["max_source_length"] == limit
+    with pytest.raises(ValueError, match=f"`max_source_length` is {limit + 1}.*at most {limit} tokens"):
+        run_distill(verifier, tokenizer, subset, tmp_path / "too_long", max_source_length=limit + 1)
+
+
 def test_interrupted_run_resumes_from_its_shards(tmp_path, monkeypatch, verifier, tokenizer, dataset):
     reference = run_distill(verifier, tokenizer, dataset, tmp_path / "reference")
     output_dir = tmp_path / "resumed"

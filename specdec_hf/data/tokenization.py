@@ -14,7 +14,13 @@ import datasets
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["T5_LANGUAGE_NAMES", "check_tokenizer_matches", "default_source_prefix", "tokenize_pairs"]
+__all__ = [
+    "T5_LANGUAGE_NAMES",
+    "check_tokenizer_matches",
+    "default_source_prefix",
+    "source_length_limit",
+    "tokenize_pairs",
+]
 
 # Model types whose checkpoints expect a task prefix in the source text.
 _PREFIX_MODEL_TYPES = ("t5", "mt5")
@@ -84,6 +90,18 @@ def check_tokenizer_matches(tokenizer, verifier_config) -> None:
                 f"(tokenizer of {len(tokenizer)} tokens, verifier vocabulary {vocab_size}): they are not the same "
                 "vocabulary. Load the verifier's own tokenizer (`AutoTokenizer.from_pretrained(<verifier>)`)."
             )
+
+
+def source_length_limit(tokenizer, model) -> int:
+    """The longest source `model` and `tokenizer` can read: the least of the limits they state (1024 if none does)."""
+    limits = [
+        getattr(tokenizer, "model_max_length", None),
+        getattr(model.config, "max_position_embeddings", None),
+        getattr(model.config, "n_positions", None),
+    ]
+    # tokenizers without a limit state a huge sentinel (int(1e30)): not a limit
+    limits = [int(limit) for limit in limits if limit is not None and 0 < limit < 1_000_000]
+    return min(limits) if limits else 1024
 
 
 def tokenize_pairs(

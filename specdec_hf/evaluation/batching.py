@@ -20,7 +20,6 @@ __all__ = [
     "make_batches",
     "restore_order",
     "single_row_groups",
-    "source_length_limit",
 ]
 
 
@@ -51,18 +50,6 @@ def encode_sources(
     prefix = source_prefix or ""
     encoded = tokenizer([prefix + source for source in sources], truncation=True, max_length=max_source_length)
     return [list(ids) for ids in encoded["input_ids"]]
-
-
-def source_length_limit(tokenizer, model) -> int:
-    """The longest source `model` and `tokenizer` can read: the least of the limits they state (1024 if none does)."""
-    limits = [
-        getattr(tokenizer, "model_max_length", None),
-        getattr(model.config, "max_position_embeddings", None),
-        getattr(model.config, "n_positions", None),
-    ]
-    # tokenizers without a limit state a huge sentinel (int(1e30)): not a limit
-    limits = [int(limit) for limit in limits if limit is not None and 0 < limit < 1_000_000]
-    return min(limits) if limits else 1024
 
 
 def eos_token_ids(model) -> list[int]:

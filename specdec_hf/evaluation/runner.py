@@ -24,7 +24,7 @@ import torch
 from transformers import set_seed
 
 from ..data.loading import DataArguments, load_text_pairs, sample_indices
-from ..data.tokenization import default_source_prefix
+from ..data.tokenization import default_source_prefix, source_length_limit
 from .arguments import EvaluationArguments
 from .batching import (
     Batch,
@@ -32,7 +32,6 @@ from .batching import (
     eos_token_ids,
     make_batches,
     single_row_groups,
-    source_length_limit,
 )
 from .ctranslate2_peer import ct2_group_measure, run_ct2_strategy, start_ct2_workers
 from .execution import StrategyRun, count_generated_tokens, group_runner, run_strategy
