@@ -80,7 +80,6 @@ data the models were trained on:
   (Debian Description Translation Project), under the licences of the respective packages in Debian main.
 """
 
-DRAFTER_DATA = "Debian en->de corpus (Ding, LibreOffice help, DDTP), targets distilled from the verifier (greedy)"
 VERIFIER_CARD = """---
 language: [en, de]
 library_name: transformers
@@ -239,13 +238,19 @@ def drafter_recipe(config: Path) -> str:
     )
 
 
+# the card's line naming the training data (`dataset_description` of the drafter's train_drafter.py config)
+CARD_DATA = re.compile(r"^- data: (?P<data>.+)$", re.MULTILINE)
+
+
 def refresh_drafter_card_metadata(drafter_dir: Path, verifier_path: str) -> None:
-    """Rewrite the metadata of a drafter's card (keeping its text) from its `eval_results.json`."""
+    """Rewrite the metadata of a drafter's card (keeping its text) from its `eval_results.json` and the data its
+    text names (the `- data:` line), so that each task's drafter names its own corpus."""
     results_file = drafter_dir / "eval_results.json"
     results = json.loads(results_file.read_text()) if results_file.exists() else {}
     card = ModelCard.load(drafter_dir / "README.md")
+    data = CARD_DATA.search(card.text)
     card.data = drafter_card_data(
-        verifier_path, results, DRAFTER_DATA, model_name=f"specdec_hf-demo-{drafter_dir.name}"
+        verifier_path, results, data["data"] if data else "", model_name=f"specdec_hf-demo-{drafter_dir.name}"
     )
     card.save(drafter_dir / "README.md")
 

@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 from conftest import build_verifier, load_repository_script
+from huggingface_hub import ModelCard
 from safetensors import safe_open
 
 from specdec_hf import SpecDrafterModel
@@ -49,6 +50,11 @@ def test_exported_drafter_card_names_the_shipped_verifier_and_its_recipe(tmp_pat
     assert f"- verifier: `{SHIPPED}`" in card and "(2 unless `generate()` gets another" in card
     recipe = f"- recipe: `python train_drafter.py --config {config.as_posix()}`, continuing the drafter it names "
     assert recipe + "(`drafter_name_or_path: runs/drafter_v9_init`;" in card and "- optimizer steps: 7" in card
+    # the metadata's data set is the one the card's text names (each task's drafter its own corpus)
+    assert (
+        ModelCard.load(target / "README.md").data.to_dict()["model-index"][0]["results"][0]["dataset"]["name"]
+        == "tiny distilled data"
+    )
     exported = SpecDrafterModel.from_pretrained(target)
     assert exported.config.verifier_name_or_path == SHIPPED and exported.config.num_draft_tokens == 2
     with safe_open(target / "model.safetensors", "pt") as weights:
