@@ -434,13 +434,15 @@ def draft(
     if value_facts is not None:  # not read yet: only safe values reach the verifier and the sampler meanwhile
         drafts, draft_logits = make_safe(drafts, draft_logits, config.vocab_size)
     stats.drafter_calls += 1
-    stats.proposed_tokens += k * committed.shape[0]
     proposal_q = None
     if config.do_sample:
         drafts, proposal_q = sample_proposal(draft_logits, drafts, committed, logits_processor, config.vocab_size)
     verify_counts = None
-    if proposal.num_drafts is not None:
+    if proposal.num_drafts is None:
+        stats.proposed_tokens += k * committed.shape[0]
+    else:
         verify_counts = proposal.num_drafts.to(committed.device).clamp(0, k)
+        stats.proposed_tokens += int(verify_counts.sum())
     # the confidence is the drafter's own (its draft_confidence, or derived from its logits at its own draft_ids),
     # whatever the loop sampled: cutting on it keeps greedy output and the sampling distribution exactly as they are
     confidence = None if config.confidence_threshold is None else proposal.confidence()

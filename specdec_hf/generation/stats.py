@@ -15,8 +15,9 @@ class SpeculativeDecodingStats:
         num_draft_tokens (`int`): The requested number of drafted tokens per iteration (k).
         verifier_calls (`int`): Batched verifier decoder forward passes.
         drafter_calls (`int`): Batched drafter calls.
-        proposed_tokens (`int`): Drafts the drafter proposed, over all rows and calls (k per active row and call);
-            with `draft_confidence_threshold` fewer of them are verified (`drafted_tokens`).
+        proposed_tokens (`int`): Drafts the drafter proposed, over all rows and calls (k per active row and call, or
+            fewer where its proposal's `num_drafts` says so); with `draft_confidence_threshold` fewer of them are
+            verified (`drafted_tokens`).
         iterations (`list[int]`): Per row, the verifier passes the row took part in.
         generated_tokens (`list[int]`): Per row, tokens emitted (excluding the decoder prompt and the padding after
             the row finished).

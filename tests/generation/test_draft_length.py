@@ -277,6 +277,22 @@ def test_a_malformed_num_drafts_is_refused():
         generate_with_drafter(model, inputs, drafter, max_new_tokens=4)
 
 
+def test_proposed_tokens_count_what_num_drafts_says_was_proposed():
+    model = build_verifier("bart")
+    inputs = make_source_batch(2, pad_token_id=model.config.pad_token_id)
+
+    class OneDraftEach(OracleDrafter):
+        def propose(self, *args, **kwargs):
+            proposal = super().propose(*args, **kwargs)
+            proposal.num_drafts = torch.ones(proposal.draft_ids.shape[0], dtype=torch.long)
+            return proposal
+
+    drafter = OneDraftEach(model.generate(**inputs, **GREEDY, max_new_tokens=6), VOCAB_SIZE, 3)
+    stats = generate_with_drafter(model, inputs, drafter, max_new_tokens=6, num_draft_tokens=3).speculative_stats
+    assert stats.drafter_calls > 0
+    assert stats.proposed_tokens == sum(stats.drafted_tokens)  # one per row and call, not k=3
+
+
 def test_plain_calls_are_compared_at_the_cost_they_were_measured_at():
     """Before any plain call, a plain step is taken to cost the verifier's forward alone; once plain calls were
     timed, their cost per step decides."""
