@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["FP16_WEIGHTS", "ONEDNN", "PrepackedLinear", "prepack_linear_layers"]
+__all__ = ["FP16_WEIGHTS", "KERNELS", "ONEDNN", "PrepackedLinear", "prepack_linear_layers"]
 
 
 class _OneDNNOperators(NamedTuple):
@@ -160,6 +160,7 @@ def _warn_fallback(err: Exception, operators: str = "PyTorch's private oneDNN op
 
 ONEDNN = "onednn"
 FP16_WEIGHTS = "fp16_weights"
+KERNELS = (ONEDNN, FP16_WEIGHTS)
 
 
 class PrepackedLinear(nn.Linear):
@@ -186,7 +187,19 @@ class PrepackedLinear(nn.Linear):
 
     # calls with fewer rows take nn.Linear's kernel (a class default too, for layers pickled before it existed)
     min_rows: int = 1
-    kernel: str = ONEDNN
+    _kernel: str = ONEDNN
+
+    @property
+    def kernel(self) -> str:
+        """The packed kernel: `"onednn"` or `"fp16_weights"` (any other value is refused when set)."""
+        return self._kernel
+
+    @kernel.setter
+    def kernel(self, value: str) -> None:
+        if value not in KERNELS:
+            # an unknown name would otherwise run the oneDNN path without a word
+            raise ValueError(f"`kernel` must be one of {list(KERNELS)}, got {value!r}.")
+        self._kernel = value
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -203,7 +216,7 @@ class PrepackedLinear(nn.Linear):
     def to_linear(self) -> None:
         """Turn this layer back into the plain `nn.Linear` it was, in place: same object, parameters and hooks; its
         packed copy, `min_rows` and `kernel` dropped."""
-        for name in ("_packed", "_packed_source", "_packed_key", "min_rows", "kernel"):
+        for name in ("_packed", "_packed_source", "_packed_key", "min_rows", "_kernel"):
             self.__dict__.pop(name, None)
         self.__class__ = nn.Linear
 

@@ -384,6 +384,16 @@ def test_prepack_linear_layers_puts_every_layer_back_on_onednn():
     assert model[0].kernel == prepacked_linear_module.ONEDNN and model[0].min_rows == 1
 
 
+def test_an_unknown_kernel_is_refused_and_to_linear_drops_the_choice():
+    layer = PrepackedLinear(8, 4)
+    with pytest.raises(ValueError, match=r"`kernel` must be one of \['onednn', 'fp16_weights'\], got 'fp16'"):
+        layer.kernel = "fp16"
+    assert layer.kernel == "onednn"
+    layer.kernel = "fp16_weights"
+    layer.to_linear()
+    assert type(layer) is torch.nn.Linear and "_kernel" not in layer.__dict__
+
+
 def test_fp16_weights_leave_infinite_weights_and_the_parameters_alone(counted_fp16_calls):
     """±inf survives a float16 round trip but FBGEMM saturates it: such a layer keeps nn.Linear's computation, and
     its parameters are never written."""
