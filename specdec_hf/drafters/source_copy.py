@@ -18,7 +18,7 @@ import torch
 from ..drafting import Drafter, DraftProposal, validate_drafter
 from ..generation.spec_drafter_adapter import as_drafter
 
-__all__ = ["SourceCopyDrafter", "SourceCopyState", "find_source_continuations"]
+__all__ = ["CopyOrFallbackProposal", "SourceCopyDrafter", "SourceCopyState", "find_source_continuations"]
 
 
 @dataclass
@@ -204,12 +204,60 @@ class SourceCopyDrafter(Drafter):
             fallback_counts = proposal.num_drafts.to(device)
         draft_ids = torch.where(unmatched.unsqueeze(1), proposal.draft_ids[:, :num_draft_tokens].to(device), copied)
         num_drafts = torch.where(unmatched, fallback_counts, counts)
-        return DraftProposal(
-            draft_ids=draft_ids,
-            draft_logits=None,
-            state=SourceCopyState(state.source_ids, proposal.state),
-            num_drafts=num_drafts,
+        return CopyOrFallbackProposal(
+            draft_ids, SourceCopyState(state.source_ids, proposal.state), num_drafts, unmatched, proposal
         )
+
+
+class CopyOrFallbackProposal(DraftProposal):
+    """A proposal whose rows are copies (certain: probability 1 at the copied id) or the fallback's drafts (its own
+    scores and confidence), so that sampling and confidence-truncated verification judge each row by what proposed
+    it. The scores and the confidence are built when first read: greedy decoding never reads them.
+
+    Args:
+        draft_ids (`torch.LongTensor` of shape `(rows, k)`): The copied or the fallback's drafts of each row.
+        state ([`SourceCopyState`]): The updated state.
+        num_drafts (`torch.LongTensor` of shape `(rows,)`): Drafts worth verifying per row.
+        from_fallback (`torch.BoolTensor` of shape `(rows,)`): The rows the fallback drafted.
+        fallback_proposal ([`~specdec_hf.drafting.DraftProposal`]): The fallback's proposal for every row.
+    """
+
+    def __init__(self, draft_ids, state, num_drafts, from_fallback, fallback_proposal: DraftProposal):
+        self.draft_ids = draft_ids
+        self.state = state
+        self.num_drafts = num_drafts
+        self.from_fallback = from_fallback
+        self.fallback_proposal = fallback_proposal
+        self._draft_logits = None
+        self._draft_confidence = None
+
+    @property
+    def draft_logits(self) -> torch.FloatTensor | None:
+        """`(rows, k, vocab_size)`: the fallback's scores on its rows, 0 at the copied id and `-inf` elsewhere on the
+        others; `None` when the fallback gives no scores (every draft then counts as certain)."""
+        if self._draft_logits is None:
+            fallback_logits = self.fallback_proposal.draft_logits
+            if fallback_logits is None:
+                return None
+            width = self.draft_ids.shape[1]
+            fallback_logits = fallback_logits[:, :width].float().to(self.draft_ids.device)
+            certain = torch.full_like(fallback_logits, float("-inf"))
+            certain.scatter_(-1, self.draft_ids.clamp(min=0).unsqueeze(-1), 0.0)
+            self._draft_logits = torch.where(self.from_fallback[:, None, None], fallback_logits, certain)
+        return self._draft_logits
+
+    @property
+    def draft_confidence(self) -> torch.FloatTensor:
+        """`(rows, k)`: 1 for a copied draft, the fallback's confidence on its rows (1 where it states none)."""
+        if self._draft_confidence is None:
+            confident = torch.ones(self.draft_ids.shape, device=self.draft_ids.device)
+            fallback = self.fallback_proposal.confidence()
+            if fallback is not None:
+                width = min(fallback.shape[1], confident.shape[1])
+                fallback = fallback[:, :width].float().to(confident.device)
+                confident[:, :width] = torch.where(self.from_fallback[:, None], fallback, confident[:, :width])
+            self._draft_confidence = confident
+        return self._draft_confidence
 
 
 def _shares_vocabulary(verifier) -> bool:

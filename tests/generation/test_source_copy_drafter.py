@@ -16,6 +16,15 @@ GREEDY = dict(do_sample=False, num_beams=1)
 pytestmark = pytest.mark.usefixtures("fresh_draft_length_measurements")
 
 
+class UnsureOracle(OracleDrafter):
+    """The oracle's drafts, each stated with confidence 0.5."""
+
+    def propose(self, *args, **kwargs):
+        proposal = super().propose(*args, **kwargs)
+        proposal.draft_confidence = torch.full(proposal.draft_ids.shape, 0.5)
+        return proposal
+
+
 def test_continuation_of_the_longest_matching_ngram():
     source = torch.tensor([[5, 6, 7, 8, 9, 6, 7, 3, -1, -1]])
     # "6 7" occurs twice: the first occurrence is continued
@@ -84,6 +93,44 @@ def test_each_row_takes_the_copy_where_the_source_continues_it_and_the_fallback_
     proposal = drafter.propose(proposal.state, torch.tensor([[2, 40], [2, 12]]), torch.tensor([2, 2]), 3)
     assert proposal.draft_ids.tolist() == [[8, 9, 10], [13, 0, 0]] and proposal.num_drafts.tolist() == [3, 1]
     assert fallback.calls == 1
+
+
+def test_copied_rows_are_certain_and_the_fallbacks_keep_its_scores_and_confidence():
+    """Sampling and confidence-truncated verification judge each row by what proposed it."""
+    reference = torch.tensor([[2, 40, 41, 42, 43, 44], [2, 50, 51, 52, 53, 54]])
+    fallback = UnsureOracle(reference, VOCAB_SIZE, 3, "right")
+    drafter = SourceCopyDrafter(VOCAB_SIZE, num_draft_tokens=3, max_ngram_size=2, fallback=fallback)
+    source = torch.tensor([[7, 40, 8, 9, 10], [11, 12, 13, 1, 1]])
+    state = drafter.init_drafting_state(source, (source != 1).long(), torch.zeros(2, 5, 4))
+    proposal = drafter.propose(state, torch.tensor([[2, 40], [2, 50]]), torch.tensor([2, 2]), 3)
+
+    fallback_proposal = proposal.fallback_proposal
+    logits = proposal.draft_logits
+    assert torch.equal(logits[1], fallback_proposal.draft_logits[1])  # the fallback's row: its own scores
+    copied = torch.softmax(logits[0], dim=-1)
+    assert torch.equal(copied.argmax(-1), torch.tensor([8, 9, 10])) and torch.all(copied.max(-1).values == 1.0)
+    confidence = proposal.confidence()
+    assert torch.equal(confidence[0], torch.ones(3))
+    assert torch.equal(confidence[1], torch.full((3,), 0.5))  # the fallback's own
+
+
+def test_confidence_truncation_cuts_the_fallbacks_rows_only():
+    model = build_verifier("bart")
+    inputs = make_source_batch(2, seed=3, pad_token_id=model.config.pad_token_id)
+    reference = model.generate(**inputs, **GREEDY, max_new_tokens=10)
+
+    fallback = UnsureOracle(reference, VOCAB_SIZE, 4, "right")
+    drafter = SourceCopyDrafter.from_verifier(model, num_draft_tokens=4, fallback=fallback)
+    output = generate_with_drafter(model, inputs, drafter, max_new_tokens=10, draft_confidence_threshold=0.4)
+    assert torch.equal(output.sequences, reference)
+    stats = output.speculative_stats
+    # 0.5 x 0.5 < 0.4: every fallback-drafted row verifies one draft, where without the threshold it verifies 4
+    assert fallback.calls > 0 and max(stats.drafted_at_position[1:]) <= stats.drafted_at_position[0]
+    unlimited = generate_with_drafter(model, inputs, drafter, max_new_tokens=10)
+    assert sum(stats.drafted_tokens) < sum(unlimited.speculative_stats.drafted_tokens)
+    # sampling draws the fallback's rows from its scores and keeps the copies: top_k=1 leaves only greedy's token
+    sampled = generate_with_drafter(model, inputs, drafter, do_sample=True, top_k=1, max_new_tokens=10)
+    assert torch.equal(sampled.sequences, reference)
 
 
 def test_a_source_that_holds_the_output_is_copied():
