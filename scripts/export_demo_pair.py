@@ -202,6 +202,8 @@ def export_drafter(
 # lines of the card `specdec_hf.training.write_model_card` writes
 CARD_HEADING = re.compile(r"^# Spec-Drafter for `(?P<verifier>[^`]+)`$", re.MULTILINE)
 CARD_DEFAULT_K = re.compile(r"\(\d+ unless `generate\(\)` gets another")
+# the training data (`dataset_description` of the drafter's train_drafter.py config)
+CARD_DATA = re.compile(r"^- data: (?P<data>.+?)\s*$", re.MULTILINE)
 
 
 def redo_drafter_card_text(text: str, verifier_path: str, num_draft_tokens: int | None, recipe: str | None) -> str:
@@ -210,7 +212,7 @@ def redo_drafter_card_text(text: str, verifier_path: str, num_draft_tokens: int 
     a `- recipe:` line (replaced if there is one) when `recipe` is given; without one, a recipe line of an earlier
     export stays (the weights are the same). Raises `ValueError` for a card that `write_model_card` did not write."""
     heading = CARD_HEADING.search(text)
-    if heading is None or "\n- data: " not in text:
+    if heading is None or CARD_DATA.search(text) is None:
         raise ValueError(
             "the drafter's README.md is not the card train_drafter.py writes (no '# Spec-Drafter for `...`' heading "
             "or '- data:' line): rewrite it with specdec_hf.training.write_model_card"
@@ -238,10 +240,6 @@ def drafter_recipe(config: Path) -> str:
     )
 
 
-# the card's line naming the training data (`dataset_description` of the drafter's train_drafter.py config)
-CARD_DATA = re.compile(r"^- data: (?P<data>.+)$", re.MULTILINE)
-
-
 def refresh_drafter_card_metadata(drafter_dir: Path, verifier_path: str) -> None:
     """Rewrite the metadata of a drafter's card (keeping its text) from its `eval_results.json` and the data its
     text names (the `- data:` line), so that each task's drafter names its own corpus."""
@@ -249,8 +247,10 @@ def refresh_drafter_card_metadata(drafter_dir: Path, verifier_path: str) -> None
     results = json.loads(results_file.read_text()) if results_file.exists() else {}
     card = ModelCard.load(drafter_dir / "README.md")
     data = CARD_DATA.search(card.text)
+    if data is None:
+        raise ValueError(f"{drafter_dir / 'README.md'} names no training data (no '- data:' line)")
     card.data = drafter_card_data(
-        verifier_path, results, data["data"] if data else "", model_name=f"specdec_hf-demo-{drafter_dir.name}"
+        verifier_path, results, data["data"], model_name=f"specdec_hf-demo-{drafter_dir.name}"
     )
     card.save(drafter_dir / "README.md")
 

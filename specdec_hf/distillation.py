@@ -124,17 +124,35 @@ class DistillationArguments(DistillationSettings):
             raise ValueError(f"`dtype` must be one of {list(TORCH_DTYPES)}, got {self.dtype!r}")
 
 
-def _max_source_length(requested: int | None, tokenizer, verifier) -> int:
-    limit = source_length_limit(tokenizer, verifier)
+def _checked_max_source_length(requested: int | None, tokenizer, verifier) -> int:
+    """The source length a run truncates to: `requested`, or the least limit the verifier and its tokenizer state.
+
+    Raises `ValueError` above the verifier's learned position table (`max_position_embeddings`): such a source would
+    index past it mid-run, after hours of decoding. Other stated limits (a tokenizer's `model_max_length`, a T5
+    config's `n_positions`) are defaults, not walls: relative positions read longer sources.
+    """
     if requested is None:
-        return limit
-    if requested > limit:
-        # a longer source would index past the verifier's position embeddings mid-run, after hours of decoding
+        return source_length_limit(tokenizer, verifier)
+    table = getattr(verifier.config, "max_position_embeddings", None)
+    if table is not None and requested > table:
         raise ValueError(
-            f"`max_source_length` is {requested}, but the verifier and its tokenizer read at most {limit} tokens: "
-            f"pass `max_source_length` <= {limit}, or leave it unset for {limit}"
+            f"`max_source_length` is {requested}, but the verifier's position embeddings cover {table} tokens: "
+            f"pass `max_source_length` <= {table}, or leave it unset for the verifier's limit"
         )
     return requested
+
+
+def _accept_a_longer_recorded_source_length(shards_dir: Path, max_source_length: int, verifier) -> None:
+    """Let a run resume whose settings recorded a longer `max_source_length` than the verifier's position table
+    (the default was 1024 whatever the verifier): it could not have decoded a source beyond the table, so its shards
+    hold none, and truncating at the table from here on writes what it would have. The record is updated."""
+    path = shards_dir / _SETTINGS_NAME
+    table = getattr(verifier.config, "max_position_embeddings", None)
+    if table is None or max_source_length != table or not path.is_file():
+        return
+    previous = json.loads(path.read_text(encoding="utf-8"))
+    if previous.get("max_source_length", 0) > table:
+        write_json_atomic(path, {**previous, "max_source_length": max_source_length})
 
 
 def distill(
@@ -176,9 +194,12 @@ def distill(
 
     Raises:
         `ValueError`: `output_dir` holds a run with other settings or other data (use `overwrite` or another
-            directory), the tokenizer does not match the verifier, or `max_source_length` exceeds what they read.
+            directory), the tokenizer does not match the verifier, or `max_source_length` exceeds the verifier's
+            position embeddings.
     """
     check_tokenizer_matches(tokenizer, verifier.config)
+    # checked before an overwrite removes anything
+    max_source_length = _checked_max_source_length(args.max_source_length, tokenizer, verifier)
     if "source" not in dataset.column_names:
         raise ValueError(f"the dataset needs a `source` column (columns: {dataset.column_names}); see load_text_pairs")
     if dataset.num_rows == 0:
@@ -194,7 +215,6 @@ def distill(
         _remove_outputs(output_dir)
     barrier()
     shard_size = args.shard_size
-    max_source_length = _max_source_length(args.max_source_length, tokenizer, verifier)
     settings = {
         "verifier": verifier.name_or_path,
         # the weights themselves: another model saved to the same path must not add to these shards
@@ -208,6 +228,7 @@ def distill(
         "shard_size": shard_size,
     }
     if main_process:
+        _accept_a_longer_recorded_source_length(shards_dir, max_source_length, verifier)
         _check_or_write_settings(shards_dir, settings)
     barrier()
     if not main_process:

@@ -201,6 +201,13 @@ class PrepackedLinear(nn.Linear):
             raise ValueError(f"`kernel` must be one of {list(KERNELS)}, got {value!r}.")
         self._kernel = value
 
+    def __setstate__(self, state: dict) -> None:
+        # layers pickled when `kernel` was a plain attribute keep their choice
+        kernel = state.pop("kernel", None)
+        super().__setstate__(state)
+        if kernel is not None:
+            self.kernel = kernel
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.reset_packed()
@@ -216,7 +223,7 @@ class PrepackedLinear(nn.Linear):
     def to_linear(self) -> None:
         """Turn this layer back into the plain `nn.Linear` it was, in place: same object, parameters and hooks; its
         packed copy, `min_rows` and `kernel` dropped."""
-        for name in ("_packed", "_packed_source", "_packed_key", "min_rows", "_kernel"):
+        for name in ("_packed", "_packed_source", "_packed_key", "min_rows", "_kernel", "kernel"):
             self.__dict__.pop(name, None)
         self.__class__ = nn.Linear
 
@@ -234,7 +241,7 @@ class PrepackedLinear(nn.Linear):
         # runs for every linear of every decoding step: each parameter is read once (nn.Module's attribute lookup
         # of parameters is slow)
         weight, bias = self.weight, self.bias
-        if self.kernel == FP16_WEIGHTS:
+        if self._kernel == FP16_WEIGHTS:  # not the property: this runs for every linear of every step
             return self._fp16_weights_forward(input, weight, bias)
         operators = _onednn_operators()
         if (

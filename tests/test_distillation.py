@@ -116,7 +116,8 @@ def test_beam_search_outputs_and_source_prefix(tmp_path, verifier, tokenizer, da
 
 
 def test_sources_are_cut_to_what_the_verifier_reads(tmp_path, tokenizer, dataset):
-    """Unset, `max_source_length` is the verifier's position limit; beyond it the run is refused before decoding."""
+    """Unset, `max_source_length` is the verifier's position limit; beyond it the run is refused before anything of
+    an earlier run is removed."""
     limit = MAX_NEW_TOKENS + 2  # the decoder reads its start token and MAX_NEW_TOKENS more
     verifier = build_verifier("bart", max_position_embeddings=limit)
     subset = dataset.select(range(4))
@@ -127,8 +128,32 @@ def test_sources_are_cut_to_what_the_verifier_reads(tmp_path, tokenizer, dataset
     assert max(len(ids) for ids in result["input_ids"]) == limit
     assert all(ids[-1] == tokenizer.eos_token_id for ids in result["input_ids"])
     assert json.loads((tmp_path / "cut" / CONFIG_NAME).read_text())["max_source_length"] == limit
-    with pytest.raises(ValueError, match=f"`max_source_length` is {limit + 1}.*at most {limit} tokens"):
-        run_distill(verifier, tokenizer, subset, tmp_path / "too_long", max_source_length=limit + 1)
+    with pytest.raises(ValueError, match=f"`max_source_length` is {limit + 1}.*cover {limit} tokens"):
+        run_distill(
+            verifier, tokenizer, subset, tmp_path / "cut", max_source_length=limit + 1, overwrite_output_dir=True
+        )
+    assert (tmp_path / "cut" / CONFIG_NAME).is_file()  # refused before the overwrite
+
+
+def test_a_run_that_recorded_a_longer_source_limit_resumes(tmp_path, tokenizer, dataset):
+    """Runs started when the default was 1024 whatever the verifier could read held no longer source: they resume."""
+    verifier = build_verifier("bart", max_position_embeddings=64)
+    reference = run_distill(verifier, tokenizer, dataset, tmp_path / "reference")
+    output_dir = tmp_path / "old"
+    assert run_distill(verifier, tokenizer, dataset, output_dir, max_shards=1) is None
+    settings_file = output_dir / "shards" / "settings.json"
+    settings = json.loads(settings_file.read_text())
+    settings_file.write_text(json.dumps({**settings, "max_source_length": 1024}))
+
+    assert run_distill(verifier, tokenizer, dataset, output_dir).to_list() == reference.to_list()
+    assert json.loads(settings_file.read_text())["max_source_length"] == 64
+
+
+def test_a_verifier_without_a_position_table_takes_longer_sources(tmp_path, tokenizer, dataset):
+    verifier = build_verifier("t5", pad_token_id=1, eos_token_id=2, decoder_start_token_id=1)  # the tokenizer's ids
+    result = run_distill(verifier, tokenizer, dataset.select(range(2)), tmp_path / "t5", max_source_length=4096)
+    assert json.loads((tmp_path / "t5" / CONFIG_NAME).read_text())["max_source_length"] == 4096
+    assert result.num_rows == 2
 
 
 def test_interrupted_run_resumes_from_its_shards(tmp_path, monkeypatch, verifier, tokenizer, dataset):

@@ -390,6 +390,11 @@ def test_an_unknown_kernel_is_refused_and_to_linear_drops_the_choice():
         layer.kernel = "fp16"
     assert layer.kernel == "onednn"
     layer.kernel = "fp16_weights"
+    old_pickle = {**layer.__getstate__(), "kernel": "fp16_weights"}  # before `kernel` was a property
+    del old_pickle["_kernel"]
+    restored = PrepackedLinear.__new__(PrepackedLinear)
+    restored.__setstate__(old_pickle)
+    assert restored.kernel == "fp16_weights" and "kernel" not in restored.__dict__
     layer.to_linear()
     assert type(layer) is torch.nn.Linear and "_kernel" not in layer.__dict__
 

@@ -181,7 +181,9 @@ class SourceCopyDrafter(Drafter):
 
         Returns:
             [`~specdec_hf.drafting.DraftProposal`]: `draft_ids` `(rows, k)`, no scores (a copied token is a certain
-            proposal), and `num_drafts` `(rows,)`: the copied tokens per row, or k for a row the fallback drafted.
+            proposal), and `num_drafts` `(rows,)`: the copied tokens per row; where the fallback ran, a
+            [`CopyOrFallbackProposal`], whose rows the fallback drafted carry its scores, confidence and `num_drafts`
+            (k when it states none).
         """
         device = state.source_ids.device
         copied, counts = find_source_continuations(
@@ -212,7 +214,8 @@ class SourceCopyDrafter(Drafter):
 class CopyOrFallbackProposal(DraftProposal):
     """A proposal whose rows are copies (certain: probability 1 at the copied id) or the fallback's drafts (its own
     scores and confidence), so that sampling and confidence-truncated verification judge each row by what proposed
-    it. The scores and the confidence are built when first read: greedy decoding never reads them.
+    it. The scores and the confidence are built when first read: greedy decoding never reads them. It is not a
+    dataclass of its own (`dataclasses.replace` does not apply).
 
     Args:
         draft_ids (`torch.LongTensor` of shape `(rows, k)`): The copied or the fallback's drafts of each row.
@@ -226,10 +229,13 @@ class CopyOrFallbackProposal(DraftProposal):
         self.draft_ids = draft_ids
         self.state = state
         self.num_drafts = num_drafts
+        self.draft_confidence = None
         self.from_fallback = from_fallback
         self.fallback_proposal = fallback_proposal
         self._draft_logits = None
-        self._draft_confidence = None
+
+    def __repr__(self) -> str:  # the dataclass repr would build the lazy scores
+        return f"{type(self).__name__}(draft_ids={self.draft_ids!r}, num_drafts={self.num_drafts!r})"
 
     @property
     def draft_logits(self) -> torch.FloatTensor | None:
@@ -240,24 +246,33 @@ class CopyOrFallbackProposal(DraftProposal):
             if fallback_logits is None:
                 return None
             width = self.draft_ids.shape[1]
-            fallback_logits = fallback_logits[:, :width].float().to(self.draft_ids.device)
-            certain = torch.full_like(fallback_logits, float("-inf"))
-            certain.scatter_(-1, self.draft_ids.clamp(min=0).unsqueeze(-1), 0.0)
-            self._draft_logits = torch.where(self.from_fallback[:, None, None], fallback_logits, certain)
+            # a copy: the fallback's own proposal is left as it was
+            logits = fallback_logits[:, :width].to(self.draft_ids.device, torch.float32, copy=True)
+            copied_rows = ~self.from_fallback
+            # only the copied rows' ids are indexed: the fallback's are checked by the loop after this is built
+            copied = torch.full_like(logits[copied_rows], float("-inf"))
+            copied.scatter_(-1, self.draft_ids[copied_rows].unsqueeze(-1), 0.0)
+            logits[copied_rows] = copied
+            self._draft_logits = logits
         return self._draft_logits
 
-    @property
-    def draft_confidence(self) -> torch.FloatTensor:
-        """`(rows, k)`: 1 for a copied draft, the fallback's confidence on its rows (1 where it states none)."""
-        if self._draft_confidence is None:
-            confident = torch.ones(self.draft_ids.shape, device=self.draft_ids.device)
-            fallback = self.fallback_proposal.confidence()
-            if fallback is not None:
-                width = min(fallback.shape[1], confident.shape[1])
-                fallback = fallback[:, :width].float().to(confident.device)
-                confident[:, :width] = torch.where(self.from_fallback[:, None], fallback, confident[:, :width])
-            self._draft_confidence = confident
-        return self._draft_confidence
+    def confidence(self) -> torch.FloatTensor:
+        """`(rows, k)`: 1 for a copied draft, the fallback's confidence on its rows (1 where it states none);
+        `draft_confidence` instead where it was set."""
+        if self.draft_confidence is not None:
+            return self.draft_confidence
+        confidence = torch.ones(self.draft_ids.shape, device=self.draft_ids.device)
+        fallback = self.fallback_proposal.confidence()
+        if fallback is not None:
+            width = confidence.shape[1]
+            if fallback.shape[1] < width:
+                raise ValueError(
+                    f"The fallback drafter's confidence has {fallback.shape[1]} drafts per row, fewer than the {width} "
+                    "it proposed: its `draft_confidence` (or `draft_logits`) must cover every draft."
+                )
+            fallback = fallback[:, :width].float().to(confidence.device)
+            confidence = torch.where(self.from_fallback[:, None], fallback, confidence)
+        return confidence
 
 
 def _shares_vocabulary(verifier) -> bool:

@@ -437,12 +437,12 @@ def draft(
     proposal_q = None
     if config.do_sample:
         drafts, proposal_q = sample_proposal(draft_logits, drafts, committed, logits_processor, config.vocab_size)
-    verify_counts = None
+    verify_counts = proposed = None
     if proposal.num_drafts is None:
         stats.proposed_tokens += k * committed.shape[0]
     else:
         verify_counts = proposal.num_drafts.to(committed.device).clamp(0, k)
-        stats.proposed_tokens += int(verify_counts.sum())
+        proposed = verify_counts.sum()  # read with the widest count below: one host read for both
     # the confidence is the drafter's own (its draft_confidence, or derived from its logits at its own draft_ids),
     # whatever the loop sampled: cutting on it keeps greedy output and the sampling distribution exactly as they are
     confidence = None if config.confidence_threshold is None else proposal.confidence()
@@ -452,7 +452,11 @@ def draft(
     if verify_counts is None:
         return drafts, proposal_q, None, value_facts
     # verify only as far as the row that verifies the most needs; the others stop at their own count
-    k = int(verify_counts.max())
+    if proposed is None:
+        k = int(verify_counts.max())
+    else:
+        k, proposed = torch.stack([verify_counts.max(), proposed]).tolist()
+        stats.proposed_tokens += proposed
     return drafts[:, :k], None if proposal_q is None else proposal_q[:, :k], verify_counts, value_facts
 
 

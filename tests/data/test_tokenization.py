@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from types import SimpleNamespace
 
 import datasets
 import pytest
@@ -15,6 +16,7 @@ from transformers import BartConfig, PreTrainedTokenizerFast
 
 from specdec_hf.data import DataArguments, check_tokenizer_matches, default_source_prefix, tokenize_pairs
 from specdec_hf.data.loading import load_text_pairs
+from specdec_hf.data.tokenization import source_length_limit
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "mt_fixture.jsonl"
 
@@ -111,3 +113,17 @@ def test_check_tokenizer_matches(tokenizer):
     other_pad = BartConfig(vocab_size=VOCAB_SIZE, pad_token_id=0, eos_token_id=2, bos_token_id=0)
     with pytest.raises(ValueError, match="tokenizer pad_token_id = 1 but the verifier's pad_token_id = 0"):
         check_tokenizer_matches(tokenizer, other_pad)
+
+
+@pytest.mark.parametrize(
+    ("tokenizer_limit", "config", "expected"),
+    [
+        (int(1e30), {"max_position_embeddings": 320}, 320),  # a tokenizer without a limit states a sentinel
+        (512, {"max_position_embeddings": 1024}, 512),
+        (int(1e30), {"n_positions": 256}, 256),
+        (int(1e30), {}, 1024),  # nothing stated: the default
+    ],
+)
+def test_source_length_limit_is_the_least_stated_limit(tokenizer_limit, config, expected):
+    tokenizer = SimpleNamespace(model_max_length=tokenizer_limit)
+    assert source_length_limit(tokenizer, SimpleNamespace(config=SimpleNamespace(**config))) == expected

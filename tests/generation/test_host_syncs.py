@@ -21,7 +21,7 @@ import specdec_hf.acceptance
 import specdec_hf.generation.processor_gating
 import specdec_hf.generation.spec_drafter_adapter
 import specdec_hf.generation.speculative_loop
-from specdec_hf import SpecDrafterModel, speculative_generate
+from specdec_hf import SourceCopyDrafter, SpecDrafterModel, speculative_generate
 from specdec_hf.evaluation.host_syncs import HostSyncCounter
 
 GREEDY_BUDGET = 2
@@ -66,13 +66,19 @@ def _counted(verifier, source, drafter, num_draft_tokens: int, **kwargs) -> tupl
 
 
 @pytest.mark.parametrize("batch_size", [1, 4])
-@pytest.mark.parametrize("drafter_name", ["spec_drafter", "oracle"])
+@pytest.mark.parametrize("drafter_name", ["spec_drafter", "oracle", "source_copy"])
 def test_greedy_iteration_syncs_at_most_twice(verifier, batch_size, drafter_name):
     source = make_source_batch(batch_size, seed=1)
     if drafter_name == "oracle":
         reference = verifier.generate(**source, do_sample=False, max_new_tokens=40)
         drafter = OracleDrafter(reference, VOCAB_SIZE, accuracy="half")
         relaxation = {}
+    elif drafter_name == "source_copy":  # per-row draft counts (`num_drafts`)
+        # a source made of the verifier's own output twice over: it continues many prefixes, not all
+        output = verifier.generate(**source, do_sample=False, max_new_tokens=20)[:, 1:]
+        source = {"input_ids": torch.cat([output, output], dim=1)}
+        drafter = SourceCopyDrafter.from_verifier(verifier, num_draft_tokens=4)
+        relaxation = dict(beta=4, tau=3.0)
     else:
         drafter = _spec_drafter(verifier)
         relaxation = dict(beta=4, tau=3.0)  # the untrained drafter's drafts are accepted now and then

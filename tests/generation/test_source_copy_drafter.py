@@ -9,6 +9,7 @@ from oracle_drafters import OracleDrafter
 
 from specdec_hf import SourceCopyDrafter
 from specdec_hf.drafters import find_source_continuations
+from specdec_hf.generation.speculative_loop import confident_draft_counts
 
 GREEDY = dict(do_sample=False, num_beams=1)
 
@@ -105,31 +106,38 @@ def test_copied_rows_are_certain_and_the_fallbacks_keep_its_scores_and_confidenc
     proposal = drafter.propose(state, torch.tensor([[2, 40], [2, 50]]), torch.tensor([2, 2]), 3)
 
     fallback_proposal = proposal.fallback_proposal
+    before = fallback_proposal.draft_logits.clone()
     logits = proposal.draft_logits
     assert torch.equal(logits[1], fallback_proposal.draft_logits[1])  # the fallback's row: its own scores
+    assert torch.equal(fallback_proposal.draft_logits, before)  # and its proposal left as it was
     copied = torch.softmax(logits[0], dim=-1)
     assert torch.equal(copied.argmax(-1), torch.tensor([8, 9, 10])) and torch.all(copied.max(-1).values == 1.0)
     confidence = proposal.confidence()
     assert torch.equal(confidence[0], torch.ones(3))
     assert torch.equal(confidence[1], torch.full((3,), 0.5))  # the fallback's own
+    # what the loop verifies under a threshold: the copy whole, the fallback's row cut (0.5 x 0.5 < 0.4)
+    assert confident_draft_counts(confidence, 0.4).tolist() == [3, 1]
 
 
 def test_confidence_truncation_cuts_the_fallbacks_rows_only():
     model = build_verifier("bart")
     inputs = make_source_batch(2, seed=3, pad_token_id=model.config.pad_token_id)
-    reference = model.generate(**inputs, **GREEDY, max_new_tokens=10)
-
+    # a source made of the verifier's own output twice over: it continues many prefixes, not all
+    output_ids = model.generate(**inputs, **GREEDY, max_new_tokens=10)[:, 1:]
+    source = {"input_ids": torch.cat([output_ids, output_ids], dim=1)}
+    reference = model.generate(**source, **GREEDY, max_new_tokens=10)
     fallback = UnsureOracle(reference, VOCAB_SIZE, 4, "right")
     drafter = SourceCopyDrafter.from_verifier(model, num_draft_tokens=4, fallback=fallback)
-    output = generate_with_drafter(model, inputs, drafter, max_new_tokens=10, draft_confidence_threshold=0.4)
+
+    output = generate_with_drafter(model, source, drafter, max_new_tokens=10, draft_confidence_threshold=0.4)
+
     assert torch.equal(output.sequences, reference)
     stats = output.speculative_stats
-    # 0.5 x 0.5 < 0.4: every fallback-drafted row verifies one draft, where without the threshold it verifies 4
-    assert fallback.calls > 0 and max(stats.drafted_at_position[1:]) <= stats.drafted_at_position[0]
-    unlimited = generate_with_drafter(model, inputs, drafter, max_new_tokens=10)
-    assert sum(stats.drafted_tokens) < sum(unlimited.speculative_stats.drafted_tokens)
-    # sampling draws the fallback's rows from its scores and keeps the copies: top_k=1 leaves only greedy's token
-    sampled = generate_with_drafter(model, inputs, drafter, do_sample=True, top_k=1, max_new_tokens=10)
+    # 0.5 x 0.5 < 0.4 cuts the fallback's rows to one draft; copies (confidence 1) verify past their first
+    assert fallback.calls > 0 and stats.drafted_at_position[1] > 0
+    # the combined scores on the sampling path (a run that completes; sampling's exactness is the chi-squared tests'):
+    # top_k=1 leaves only greedy's token
+    sampled = generate_with_drafter(model, source, drafter, do_sample=True, top_k=1, max_new_tokens=10)
     assert torch.equal(sampled.sequences, reference)
 
 
