@@ -57,10 +57,12 @@ def main(argv: list[str] | None = None) -> Path:
     if not found:
         raise SystemExit("error: the two runs share no strategy name")
     figure, axes = plt.subplots(figsize=(8, 5.5))
-    for label, x, y in found:
+    # labels above and below their points in turn, by speed: settings of equal quality sit side by side
+    for index, (label, x, y) in enumerate(sorted(found, key=lambda point: point[1])):
         kind = "beam" if label.startswith("beam") or label == "greedy" else "spec"
         axes.scatter(x, y, marker="s" if kind == "beam" else "o", color="tab:gray" if kind == "beam" else "tab:blue")
-        axes.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+        offset = (4, 4) if index % 2 == 0 else (4, -11)
+        axes.annotate(label, (x, y), textcoords="offset points", xytext=offset, fontsize=7)
     beams = sorted((x, y) for label, x, y in found if label.startswith("beam") or label == "greedy")
     if len(beams) > 1:
         axes.plot(*zip(*beams, strict=True), color="tab:gray", linewidth=0.8, linestyle="--")

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .interleaved import format_spread, paired_speedups, spread
+from .loading import SOURCE_COPY
 from .report import RESULTS_FILE
 from .strategies import parse_strategy
 
@@ -62,8 +63,18 @@ def strategy_label(name: str, drafters: Sequence[str] = (), num_beams: int | Non
         label += f", c={strategy.confidence_threshold:g}"
     match = re.search(r"_d(\d+)$", name)
     if len(drafters) > 1 and match is not None:
-        label += f" ({Path(drafters[int(match[1])]).name} drafter)"
+        label += f" ({_drafter_label(drafters[int(match[1])])})"
     return label
+
+
+def _drafter_label(entry: str) -> str:
+    """A `drafters` entry as the table names it: a trained drafter by its directory, the source copy by name (two
+    entries ending in the same directory, `x/drafter` and `source_copy+x/drafter`, must not read alike)."""
+    if entry == SOURCE_COPY:
+        return "source copy"
+    if entry.startswith(SOURCE_COPY + "+"):
+        return f"source copy, else {Path(entry[len(SOURCE_COPY) + 1 :]).name} drafter"
+    return f"{Path(entry).name} drafter"
 
 
 def _load_run(directory: str | Path) -> dict[str, Any]:

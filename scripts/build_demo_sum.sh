@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The whole recipe of the offline summarization pair (models/demo-sum), from Debian packages to shipped weights.
+# Each step resumes where it stopped; on a 2-core CPU, one thread each: the verifier about 3 hours, distillation
+# 15 minutes, the drafter about an hour.
+#   bash scripts/build_demo_sum.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-.venv/bin/python}
+export OMP_NUM_THREADS=1
+
+# 1. corpus: a package's long description -> its one-line synopsis (apt-get download from Debian's archive)
+[ -f data/debian_sum/train.jsonl ] ||
+  $PY -m specdec_hf.data.debian_corpus --task summarization --output_dir data/debian_sum
+
+# 2. the verifier: a BART trained from scratch; the shipped one stopped at step 3,292 (best/: validation ROUGE-L)
+resume=""; [ -d runs/demo_sum_verifier/checkpoint-last ] && resume="--resume"
+$PY scripts/train_demo_verifier.py --config configs/demo/verifier_sum.yaml --max_steps 3292 $resume
+$PY scripts/export_demo_pair.py --task summarization --verifier runs/demo_sum_verifier/best \
+  --verifier_config configs/demo/verifier_sum.yaml --output_dir models/demo-sum \
+  --heldout data/debian_sum/test.jsonl --validation data/debian_sum/validation.jsonl
+
+# 3. its greedy outputs on the training sources (sequence-level distillation; resumes from its shards)
+$PY -m specdec_hf.distillation --config configs/data/debian_sum.yaml --verifier models/demo-sum/verifier \
+  --split train --output_dir data/distilled/debian_sum/train --batch_size 64 --shard_size 2048 --device cpu
+
+# 4. the drafter (configs/train/debian_sum.yaml: 2,000 steps), then its export beside the verifier
+resume=""; ls runs/drafter_debian_sum/checkpoint-*/training_state.json >/dev/null 2>&1 && resume="--resume_from_checkpoint latest"
+$PY train_drafter.py --config configs/train/debian_sum.yaml --num_threads 1 $resume
+$PY scripts/export_demo_pair.py --task summarization --drafter runs/drafter_debian_sum --output_dir models/demo-sum \
+  --drafter_config configs/train/debian_sum.yaml
