@@ -12,7 +12,8 @@ export OMP_NUM_THREADS=1
 [ -f data/debian_sum/train.jsonl ] ||
   $PY -m specdec_hf.data.debian_corpus --task summarization --output_dir data/debian_sum
 
-# 2. the verifier: a BART trained from scratch; the shipped one stopped at step 3,292 (best/: validation ROUGE-L)
+# 2. the verifier: a BART trained from scratch; the shipped one stopped at step 3,292 (best/: the best validation
+#    ROUGE-L of its evaluations, which run every 20 minutes of wall time: on another machine other steps are scored)
 resume=""; [ -d runs/demo_sum_verifier/checkpoint-last ] && resume="--resume"
 $PY scripts/train_demo_verifier.py --config configs/demo/verifier_sum.yaml --max_steps 3292 $resume
 $PY scripts/export_demo_pair.py --task summarization --verifier runs/demo_sum_verifier/best \
@@ -24,7 +25,10 @@ $PY -m specdec_hf.distillation --config configs/data/debian_sum.yaml --verifier 
   --split train --output_dir data/distilled/debian_sum/train --batch_size 64 --shard_size 2048 --device cpu
 
 # 4. the drafter (configs/train/debian_sum.yaml: 2,000 steps), then its export beside the verifier
-resume=""; ls runs/drafter_debian_sum/checkpoint-*/training_state.json >/dev/null 2>&1 && resume="--resume_from_checkpoint latest"
-$PY train_drafter.py --config configs/train/debian_sum.yaml --num_threads 1 $resume
+#    (a finished run is not resumed: that would evaluate and save it again)
+if [ ! -f runs/drafter_debian_sum/model.safetensors ]; then
+  resume=""; ls runs/drafter_debian_sum/checkpoint-*/training_state.json >/dev/null 2>&1 && resume="--resume_from_checkpoint latest"
+  $PY train_drafter.py --config configs/train/debian_sum.yaml --num_threads 1 $resume
+fi
 $PY scripts/export_demo_pair.py --task summarization --drafter runs/drafter_debian_sum --output_dir models/demo-sum \
-  --drafter_config configs/train/debian_sum.yaml
+  --drafter_config configs/train/debian_sum.yaml --num_draft_tokens 2

@@ -250,7 +250,7 @@ def refresh_drafter_card_metadata(drafter_dir: Path, verifier_path: str) -> None
     if data is None:
         raise ValueError(f"{drafter_dir / 'README.md'} names no training data (no '- data:' line)")
     card.data = drafter_card_data(
-        verifier_path, results, data["data"], model_name=f"specdec_hf-demo-{drafter_dir.name}"
+        verifier_path, results, data["data"], model_name=f"specdec_hf-{drafter_dir.parent.name}-{drafter_dir.name}"
     )
     card.save(drafter_dir / "README.md")
 

@@ -5,7 +5,7 @@ large batch size, speed at batch size 1 on fewer rows, as the demo pair's settin
 matched by name, and those in only one run are left out.
 
     python scripts/plot_quality_speed.py --quality outputs/demo_en_de_beam_tuning \\
-        --speed outputs/demo_en_de_beam_speed --output docs/quality_speed.png
+        --speed outputs/demo_en_de_tuning --output docs/quality_speed.png
 """
 
 from __future__ import annotations

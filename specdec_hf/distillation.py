@@ -124,6 +124,11 @@ class DistillationArguments(DistillationSettings):
             raise ValueError(f"`dtype` must be one of {list(TORCH_DTYPES)}, got {self.dtype!r}")
 
 
+def _position_table(verifier) -> int | None:
+    """The length of the verifier's learned position table (`max_position_embeddings`), `None` without one."""
+    return getattr(verifier.config, "max_position_embeddings", None)
+
+
 def _checked_max_source_length(requested: int | None, tokenizer, verifier) -> int:
     """The source length a run truncates to: `requested`, or the least limit the verifier and its tokenizer state.
 
@@ -133,26 +138,13 @@ def _checked_max_source_length(requested: int | None, tokenizer, verifier) -> in
     """
     if requested is None:
         return source_length_limit(tokenizer, verifier)
-    table = getattr(verifier.config, "max_position_embeddings", None)
+    table = _position_table(verifier)
     if table is not None and requested > table:
         raise ValueError(
             f"`max_source_length` is {requested}, but the verifier's position embeddings cover {table} tokens: "
             f"pass `max_source_length` <= {table}, or leave it unset for the verifier's limit"
         )
     return requested
-
-
-def _accept_a_longer_recorded_source_length(shards_dir: Path, max_source_length: int, verifier) -> None:
-    """Let a run resume whose settings recorded a longer `max_source_length` than the verifier's position table
-    (the default was 1024 whatever the verifier): it could not have decoded a source beyond the table, so its shards
-    hold none, and truncating at the table from here on writes what it would have. The record is updated."""
-    path = shards_dir / _SETTINGS_NAME
-    table = getattr(verifier.config, "max_position_embeddings", None)
-    if table is None or max_source_length != table or not path.is_file():
-        return
-    previous = json.loads(path.read_text(encoding="utf-8"))
-    if previous.get("max_source_length", 0) > table:
-        write_json_atomic(path, {**previous, "max_source_length": max_source_length})
 
 
 def distill(
@@ -228,11 +220,10 @@ def distill(
         "shard_size": shard_size,
     }
     if main_process:
-        _accept_a_longer_recorded_source_length(shards_dir, max_source_length, verifier)
-        _check_or_write_settings(shards_dir, settings)
+        _check_or_write_settings(shards_dir, settings, _position_table(verifier))
     barrier()
     if not main_process:
-        _check_or_write_settings(shards_dir, settings)  # written by process 0 by now: only checked
+        _check_or_write_settings(shards_dir, settings, _position_table(verifier))  # written by process 0: checked
     sources_sha256 = _sources_digest(dataset)
     finished = _load_finished(output_dir, settings, sources_sha256)
     if finished is not None:
@@ -435,18 +426,28 @@ def _shard_rows(index: int, shard_size: int, num_rows: int) -> int:
     return min(shard_size, num_rows - index * shard_size)
 
 
-def _check_or_write_settings(shards_dir: Path, settings: dict[str, Any]) -> None:
+def _check_or_write_settings(shards_dir: Path, settings: dict[str, Any], position_table: int | None = None) -> None:
     """Refuses to mix shards decoded with other settings; records the settings of a new run.
 
-    A setting the earlier run did not record (`verifier_sha256`, added later) is taken as matching and recorded.
+    A setting the earlier run did not record (`verifier_sha256`, added later) is taken as matching and recorded. So is
+    a longer `max_source_length` than the verifier's `position_table`, where this run truncates at the table (the
+    default was 1024 whatever the verifier): that run could not decode a source beyond the table, so its shards hold
+    none, and truncating at the table from here on writes what it would have; the record is updated.
     """
     path = shards_dir / _SETTINGS_NAME
     if path.is_file():
         previous = json.loads(path.read_text(encoding="utf-8"))
+        recorded = previous.get("max_source_length")
+        longer_limit = (
+            position_table is not None
+            and settings["max_source_length"] == position_table
+            and isinstance(recorded, int)
+            and recorded > position_table
+        )
         differ = {
             key: (previous[key], value)
             for key, value in settings.items()
-            if key in previous and previous[key] != value
+            if key in previous and previous[key] != value and not (key == "max_source_length" and longer_limit)
         }
         if differ:
             changes = ", ".join(f"{key}: {old!r} -> {new!r}" for key, (old, new) in differ.items())
@@ -459,7 +460,7 @@ def _check_or_write_settings(shards_dir: Path, settings: dict[str, Any]) -> None
                 f"{shards_dir.parent} holds a distillation with other settings{reason} ({changes}). Use another "
                 "`output_dir`, or `--overwrite_output_dir` to discard it."
             )
-        if settings.keys() - previous.keys():
+        if settings.keys() - previous.keys() or longer_limit:
             write_json_atomic(path, {**previous, **settings})
         return
     write_json_atomic(path, settings)

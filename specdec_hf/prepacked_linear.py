@@ -223,7 +223,7 @@ class PrepackedLinear(nn.Linear):
     def to_linear(self) -> None:
         """Turn this layer back into the plain `nn.Linear` it was, in place: same object, parameters and hooks; its
         packed copy, `min_rows` and `kernel` dropped."""
-        for name in ("_packed", "_packed_source", "_packed_key", "min_rows", "_kernel", "kernel"):
+        for name in ("_packed", "_packed_source", "_packed_key", "min_rows", "_kernel"):
             self.__dict__.pop(name, None)
         self.__class__ = nn.Linear
 

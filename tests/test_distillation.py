@@ -144,6 +144,11 @@ def test_a_run_that_recorded_a_longer_source_limit_resumes(tmp_path, tokenizer, 
     settings_file = output_dir / "shards" / "settings.json"
     settings = json.loads(settings_file.read_text())
     settings_file.write_text(json.dumps({**settings, "max_source_length": 1024}))
+    other = build_verifier("bart", seed=1, max_position_embeddings=64)
+    other.name_or_path = verifier.name_or_path
+    with pytest.raises(ValueError, match="weights changed"):
+        run_distill(other, tokenizer, dataset, output_dir)
+    assert json.loads(settings_file.read_text())["max_source_length"] == 1024  # a refused run changes no record
 
     assert run_distill(verifier, tokenizer, dataset, output_dir).to_list() == reference.to_list()
     assert json.loads(settings_file.read_text())["max_source_length"] == 64

@@ -246,14 +246,12 @@ class CopyOrFallbackProposal(DraftProposal):
             if fallback_logits is None:
                 return None
             width = self.draft_ids.shape[1]
-            # a copy: the fallback's own proposal is left as it was
-            logits = fallback_logits[:, :width].to(self.draft_ids.device, torch.float32, copy=True)
-            copied_rows = ~self.from_fallback
-            # only the copied rows' ids are indexed: the fallback's are checked by the loop after this is built
-            copied = torch.full_like(logits[copied_rows], float("-inf"))
-            copied.scatter_(-1, self.draft_ids[copied_rows].unsqueeze(-1), 0.0)
-            logits[copied_rows] = copied
-            self._draft_logits = logits
+            logits = fallback_logits[:, :width].to(self.draft_ids.device, torch.float32)
+            # the fallback's rows index nothing (their ids are checked by the loop after this is built); no boolean
+            # indexing, which would read the mask on the host
+            ids = self.draft_ids.clamp(min=0).masked_fill(self.from_fallback[:, None], 0)
+            certain = torch.full_like(logits, float("-inf")).scatter_(-1, ids.unsqueeze(-1), 0.0)
+            self._draft_logits = torch.where(self.from_fallback[:, None, None], logits, certain)
         return self._draft_logits
 
     def confidence(self) -> torch.FloatTensor:

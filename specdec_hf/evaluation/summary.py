@@ -46,7 +46,8 @@ def strategy_label(name: str, drafters: Sequence[str] = (), num_beams: int | Non
 
     Args:
         name (`str`): The strategy's name in `results.json`.
-        drafters (`Sequence[str]`): The run's drafter paths: with more than one, the row names its drafter's directory.
+        drafters (`Sequence[str]`): The run's `drafters` entries (paths, `source_copy`, `source_copy+<path>`): with
+            more than one, the row names its drafter.
         num_beams (`int`, *optional*): The run's beam width, for `beam`.
     """
     base = re.sub(r"_d\d+$", "", name) if len(drafters) > 1 else name
@@ -68,13 +69,15 @@ def strategy_label(name: str, drafters: Sequence[str] = (), num_beams: int | Non
 
 
 def _drafter_label(entry: str) -> str:
-    """A `drafters` entry as the table names it: a trained drafter by its directory, the source copy by name (two
-    entries ending in the same directory, `x/drafter` and `source_copy+x/drafter`, must not read alike)."""
+    """A `drafters` entry as the table names it: a trained drafter by its directory (by the directory above, for one
+    named just `drafter`), the source copy by name, so that `x/drafter` and `source_copy+x/drafter` read apart."""
     if entry == SOURCE_COPY:
         return "source copy"
     if entry.startswith(SOURCE_COPY + "+"):
-        return f"source copy, else {Path(entry[len(SOURCE_COPY) + 1 :]).name} drafter"
-    return f"{Path(entry).name} drafter"
+        return f"source copy, else {_drafter_label(entry[len(SOURCE_COPY) + 1 :])}"
+    path = Path(entry)
+    name = path.parent.name if path.name == "drafter" and path.parent.name else path.name
+    return f"{name} drafter"
 
 
 def _load_run(directory: str | Path) -> dict[str, Any]:

@@ -86,8 +86,8 @@ def test_labels():
     assert strategy_label("spec_k4_b5_t3_d1", drafters) == "speculative k=4, β=5, τ=3 (drafter_beam drafter)"
     drafters = ["models/x/drafter", "source_copy+models/x/drafter", "source_copy"]
     assert [strategy_label(f"spec_kauto_b1_t0_d{index}", drafters) for index in range(3)] == [
-        "speculative k=auto, β=1 (drafter drafter)",
-        "speculative k=auto, β=1 (source copy, else drafter drafter)",
+        "speculative k=auto, β=1 (x drafter)",
+        "speculative k=auto, β=1 (source copy, else x drafter)",
         "speculative k=auto, β=1 (source copy)",
     ]
 

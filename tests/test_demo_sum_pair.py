@@ -1,0 +1,47 @@
+"""The shipped summarization pair (models/demo-sum) loads like Hub checkpoints, and its drafter, alone and after the
+source copy, keeps greedy output at β=1 under the checkpoint's own processors (trigram blocking, minimum length)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer
+
+from specdec_hf import SourceCopyDrafter, enable_speculative_decoding
+
+DEMO = Path(__file__).resolve().parents[1] / "models" / "demo-sum"
+GREEDY = dict(num_beams=1, do_sample=False, max_new_tokens=40)
+
+
+@pytest.fixture(scope="module")
+def pair():
+    verifier = AutoModelForSeq2SeqLM.from_pretrained(DEMO / "verifier", dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(DEMO / "verifier")
+    drafter = AutoModel.from_pretrained(DEMO / "drafter", dtype=torch.float32).eval()
+    return enable_speculative_decoding(verifier), tokenizer, drafter
+
+
+def test_shipped_files_and_the_drafters_default_k():
+    for name in ("verifier", "drafter"):
+        assert (DEMO / name / "model.safetensors").is_file() and (DEMO / name / "README.md").is_file()
+    config = json.loads((DEMO / "drafter" / "config.json").read_text())
+    assert (config["num_draft_tokens"], config["max_draft_tokens"]) == (2, 8)
+    assert config["verifier_name_or_path"] == "models/demo-sum/verifier"
+
+
+@pytest.mark.parametrize("with_source_copy", [False, True], ids=["drafter", "source_copy_then_drafter"])
+def test_beta_one_equals_greedy_on_held_out_rows(pair, with_source_copy):
+    verifier, tokenizer, drafter = pair
+    assert verifier.generation_config.no_repeat_ngram_size == 3  # the processors that read the prefix are on
+    if with_source_copy:
+        drafter = SourceCopyDrafter.from_verifier(verifier, fallback=drafter)
+    lines = (DEMO / "heldout_test.jsonl").read_text(encoding="utf-8").splitlines()[:3]
+    for line in lines:
+        inputs = tokenizer(json.loads(line)["document"], return_tensors="pt", truncation=True, max_length=320)
+        reference = verifier.generate(**inputs, **GREEDY)
+        output = verifier.generate(**inputs, **GREEDY, drafter=drafter, return_dict_in_generate=True)
+        assert torch.equal(output.sequences, reference)
+        assert output.speculative_stats.drafter_calls > 0
