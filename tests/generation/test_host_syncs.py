@@ -99,6 +99,23 @@ def test_sampling_iteration_syncs_do_not_grow_with_k(verifier):
     assert most[4] == most[10], most
 
 
+def test_sampling_with_the_source_copy_before_a_drafter_syncs_as_the_drafter_alone(verifier):
+    """The combined proposal's scores (copied rows certain, the fallback's its own) cost no host read of their own."""
+    source = make_source_batch(4, seed=1)
+    output = verifier.generate(**source, do_sample=False, max_new_tokens=20)[:, 1:]
+    source = {"input_ids": torch.cat([output, output], dim=1)}  # continues many prefixes, not all
+    most = {}
+    for name in ("drafter", "source_copy_then_drafter"):
+        drafter = _spec_drafter(verifier)
+        if name == "source_copy_then_drafter":
+            drafter = SourceCopyDrafter.from_verifier(verifier, num_draft_tokens=4, fallback=drafter)
+        torch.manual_seed(0)
+        per_iteration, _ = _counted(verifier, source, drafter, 4, do_sample=True, top_k=20)
+        most[name] = max(per_iteration)
+    # the copy's own host read (whether any row needs the fallback) and the widest draft count are its only extras
+    assert most["source_copy_then_drafter"] <= most["drafter"] + 2, most
+
+
 # --------------------------------------------------------------------------------------------------------------
 # By reading: what the counter cannot see
 # --------------------------------------------------------------------------------------------------------------
