@@ -15,7 +15,15 @@ from ..model_files import load_pretrained
 from ..models import SpecDrafterModel
 from .arguments import EvaluationArguments
 
-__all__ = ["SOURCE_COPY", "EvaluationModels", "drafter_module", "load_drafter", "load_models", "resolve_device"]
+__all__ = [
+    "SOURCE_COPY",
+    "EvaluationModels",
+    "drafter_module",
+    "load_drafter",
+    "load_models",
+    "parse_drafter_entry",
+    "resolve_device",
+]
 
 # the `drafters` entry of the source-copy drafter (`source_copy+<path>`: before that trained drafter)
 SOURCE_COPY = "source_copy"
@@ -47,17 +55,25 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
+def parse_drafter_entry(entry: str) -> tuple[bool, str | None]:
+    """One entry of `drafters` as `(copies_the_source, trained_drafter_path)`: `source_copy` -> `(True, None)`,
+    `source_copy+<path>` -> `(True, path)`, any other entry -> `(False, entry)`."""
+    if entry == SOURCE_COPY:
+        return True, None
+    if entry.startswith(SOURCE_COPY + "+"):
+        return True, entry[len(SOURCE_COPY) + 1 :]
+    return False, entry
+
+
 def load_drafter(entry: str, verifier, dtype: torch.dtype):
     """One entry of `drafters`: a Spec-Drafter's directory or Hub id; `source_copy` (a [`SourceCopyDrafter`] of the
     verifier, no weights); or `source_copy+<drafter>`, the copy where the source continues a row and that drafter
     elsewhere."""
-    if entry == SOURCE_COPY:
-        return SourceCopyDrafter.from_verifier(verifier)
-    if entry.startswith(SOURCE_COPY + "+"):
-        path = entry[len(SOURCE_COPY) + 1 :]
-        fallback = load_pretrained(SpecDrafterModel.from_pretrained, path, "drafters", dtype=dtype)
-        return SourceCopyDrafter.from_verifier(verifier, fallback=fallback)
-    return load_pretrained(SpecDrafterModel.from_pretrained, entry, "drafters", dtype=dtype)
+    copies, path = parse_drafter_entry(entry)
+    trained = (
+        None if path is None else load_pretrained(SpecDrafterModel.from_pretrained, path, "drafters", dtype=dtype)
+    )
+    return SourceCopyDrafter.from_verifier(verifier, fallback=trained) if copies else trained
 
 
 def drafter_module(drafter) -> torch.nn.Module | None:

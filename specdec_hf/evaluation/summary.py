@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .interleaved import format_spread, paired_speedups, spread
-from .loading import SOURCE_COPY
+from .loading import parse_drafter_entry
 from .report import RESULTS_FILE
 from .strategies import parse_strategy
 
@@ -71,13 +71,12 @@ def strategy_label(name: str, drafters: Sequence[str] = (), num_beams: int | Non
 def _drafter_label(entry: str) -> str:
     """A `drafters` entry as the table names it: a trained drafter by its directory (by the directory above, for one
     named just `drafter`), the source copy by name, so that `x/drafter` and `source_copy+x/drafter` read apart."""
-    if entry == SOURCE_COPY:
+    copies, path = parse_drafter_entry(entry)
+    if path is None:
         return "source copy"
-    if entry.startswith(SOURCE_COPY + "+"):
-        return f"source copy, else {_drafter_label(entry[len(SOURCE_COPY) + 1 :])}"
-    path = Path(entry)
-    name = path.parent.name if path.name == "drafter" and path.parent.name else path.name
-    return f"{name} drafter"
+    directory = Path(path)
+    name = directory.parent.name if directory.name == "drafter" and directory.parent.name else directory.name
+    return f"source copy, else {name} drafter" if copies else f"{name} drafter"
 
 
 def _load_run(directory: str | Path) -> dict[str, Any]:

@@ -262,17 +262,24 @@ def test_every_k_in_turn_with_a_state_reading_drafter_and_finishing_rows_equals_
     assert 0 < stats.drafter_calls < stats.verifier_calls  # some iterations drafted, others stepped alone
 
 
+class _OneDraftPerRow(OracleDrafter):
+    """The oracle's drafts, with `num_drafts` 1 for every row in `dtype` (a float dtype is malformed)."""
+
+    def __init__(self, dtype: torch.dtype, *args):
+        super().__init__(*args)
+        self.dtype = dtype
+
+    def propose(self, *args, **kwargs):
+        proposal = super().propose(*args, **kwargs)
+        proposal.num_drafts = torch.ones(proposal.draft_ids.shape[0], dtype=self.dtype)
+        return proposal
+
+
 def test_a_malformed_num_drafts_is_refused():
     model = build_verifier("bart")
     inputs = make_source_batch(2, pad_token_id=model.config.pad_token_id)
 
-    class FloatCounts(OracleDrafter):
-        def propose(self, *args, **kwargs):
-            proposal = super().propose(*args, **kwargs)
-            proposal.num_drafts = torch.ones(proposal.draft_ids.shape[0])
-            return proposal
-
-    drafter = FloatCounts(model.generate(**inputs, **GREEDY, max_new_tokens=4), VOCAB_SIZE, 2)
+    drafter = _OneDraftPerRow(torch.float32, model.generate(**inputs, **GREEDY, max_new_tokens=4), VOCAB_SIZE, 2)
     with pytest.raises(ValueError, match=r"num_drafts of shape \(2,\) and dtype torch.float32: it must be an integer"):
         generate_with_drafter(model, inputs, drafter, max_new_tokens=4)
 
@@ -281,13 +288,7 @@ def test_proposed_tokens_count_what_num_drafts_says_was_proposed():
     model = build_verifier("bart")
     inputs = make_source_batch(2, pad_token_id=model.config.pad_token_id)
 
-    class OneDraftEach(OracleDrafter):
-        def propose(self, *args, **kwargs):
-            proposal = super().propose(*args, **kwargs)
-            proposal.num_drafts = torch.ones(proposal.draft_ids.shape[0], dtype=torch.long)
-            return proposal
-
-    drafter = OneDraftEach(model.generate(**inputs, **GREEDY, max_new_tokens=6), VOCAB_SIZE, 3)
+    drafter = _OneDraftPerRow(torch.long, model.generate(**inputs, **GREEDY, max_new_tokens=6), VOCAB_SIZE, 3)
     stats = generate_with_drafter(model, inputs, drafter, max_new_tokens=6, num_draft_tokens=3).speculative_stats
     assert stats.drafter_calls > 0
     assert stats.proposed_tokens == sum(stats.drafted_tokens)  # one per row and call, not k=3

@@ -78,14 +78,19 @@ def test_source_copy_with_a_fallback_equals_greedy_and_uses_both(family, batch_s
     assert fallback.calls > 0  # rows the source did not continue were drafted by the fallback
 
 
-def test_each_row_takes_the_copy_where_the_source_continues_it_and_the_fallback_elsewhere():
+def _two_rows_one_copied(fallback_class):
+    """A copy drafter with a `fallback_class` oracle before it, and its first proposal for two rows: row 0's "40"
+    occurs in its source, followed by 8 9 10; row 1 has no match, so the fallback (right) drafts it."""
     reference = torch.tensor([[2, 40, 41, 42, 43, 44], [2, 50, 51, 52, 53, 54]])
-    fallback = OracleDrafter(reference, VOCAB_SIZE, 3, "right")
+    fallback = fallback_class(reference, VOCAB_SIZE, 3, "right")
     drafter = SourceCopyDrafter(VOCAB_SIZE, num_draft_tokens=3, max_ngram_size=2, fallback=fallback)
     source = torch.tensor([[7, 40, 8, 9, 10], [11, 12, 13, 1, 1]])
     state = drafter.init_drafting_state(source, (source != 1).long(), torch.zeros(2, 5, 4))
-    prefix = torch.tensor([[2, 40], [2, 50]])
-    proposal = drafter.propose(state, prefix, torch.tensor([2, 2]), 3)
+    return fallback, drafter, drafter.propose(state, torch.tensor([[2, 40], [2, 50]]), torch.tensor([2, 2]), 3)
+
+
+def test_each_row_takes_the_copy_where_the_source_continues_it_and_the_fallback_elsewhere():
+    fallback, drafter, proposal = _two_rows_one_copied(OracleDrafter)
     # row 0: "40" occurs in its source, followed by 8 9 10; row 1: no match, the fallback's (right) drafts
     assert proposal.draft_ids.tolist() == [[8, 9, 10], [51, 52, 53]]
     assert proposal.num_drafts.tolist() == [3, 3]
@@ -98,12 +103,7 @@ def test_each_row_takes_the_copy_where_the_source_continues_it_and_the_fallback_
 
 def test_copied_rows_are_certain_and_the_fallbacks_keep_its_scores_and_confidence():
     """Sampling and confidence-truncated verification judge each row by what proposed it."""
-    reference = torch.tensor([[2, 40, 41, 42, 43, 44], [2, 50, 51, 52, 53, 54]])
-    fallback = UnsureOracle(reference, VOCAB_SIZE, 3, "right")
-    drafter = SourceCopyDrafter(VOCAB_SIZE, num_draft_tokens=3, max_ngram_size=2, fallback=fallback)
-    source = torch.tensor([[7, 40, 8, 9, 10], [11, 12, 13, 1, 1]])
-    state = drafter.init_drafting_state(source, (source != 1).long(), torch.zeros(2, 5, 4))
-    proposal = drafter.propose(state, torch.tensor([[2, 40], [2, 50]]), torch.tensor([2, 2]), 3)
+    _, _, proposal = _two_rows_one_copied(UnsureOracle)
 
     fallback_proposal = proposal.fallback_proposal
     before = fallback_proposal.draft_logits.clone()
