@@ -58,6 +58,8 @@ def test_beam_search_refusal_names_both_settings(bart, inputs):
     message = str(refused.value)
     assert "`num_beams=1`" in message and "`beta=1`" in message and "beta=5, tau=3" in message
     assert "--num_beams 5" in message and "generation_config asks" not in message
+    # the beam-quality setting comes with what it was measured to give, and plain beam search as today's answer
+    assert "below greedy's" in message and "run plain beam search" in message
     # a checkpoint whose own config decodes with beam search (bart-large-cnn: 4 beams) is told so
     bart.generation_config.num_beams = 4
     with pytest.raises(ValueError, match="the verifier's own generation_config asks for it"):
