@@ -60,4 +60,4 @@ style: setup
 	$(VENV)/bin/ruff format .
 
 benchmark: setup
-	$(PY) benchmarks/bench_loop_overhead.py --threads 1
+	$(PY) benchmarks/bench_iteration_split.py --threads 2

@@ -98,7 +98,7 @@ def main() -> None:
         f"{[round(t, 2) for t in stats.tokens_per_iteration_per_row]}"
     )
     print(
-        f"drafts accepted: {sum(stats.accepted_tokens)}/{sum(stats.drafted_tokens)} "
+        f"drafts accepted: {sum(stats.accepted_tokens)}/{sum(stats.verified_tokens)} "
         f"({100 * stats.acceptance_rate:.0f}%), by block position: {stats.accepted_at_position}"
     )
     print(f"wall time, batch {len(identical)}: greedy {greedy_time:.3f} s, speculative {speculative_time:.3f} s")

@@ -156,8 +156,6 @@ class Drafter(ABC):
 
 
 _REQUIRED_METHODS = ("init_drafting_state", "propose", "select_rows")
-# attribute names of the contract before the names were unified: old -> current
-_RENAMED_ATTRIBUTES = {"block_size": "num_draft_tokens", "max_block_size": "max_draft_tokens"}
 
 
 def _as_int(value: Any) -> int | None:
@@ -188,8 +186,7 @@ def validate_drafter(drafter: Any, verifier_vocab_size: int) -> None:
 
     `vocab_size` and `num_draft_tokens` may be any integer type (`numpy.int64`, a 0-dim integer tensor); the loop
     reads them as Python ints, and `max_positions` too (`None` or at least 2). A drafter written against the contract
-    before `verifier_states` and the current attribute names (a `propose` with four arguments, a `block_size`
-    attribute) is refused with the change to make.
+    before `verifier_states` (a `propose` with four arguments) is refused with the change to make.
 
     Raises:
         ValueError: naming the missing method or attribute, the mismatching vocabulary size, and the fix.
@@ -201,20 +198,11 @@ def validate_drafter(drafter: Any, verifier_vocab_size: int) -> None:
             f"`drafter` ({name}) does not implement the drafting interface: missing {', '.join(missing)}. Pass a "
             "`SpecDrafterModel` or a subclass of `specdec_hf.Drafter`."
         )
-    changes = [
-        f"rename its attribute `{old}` to `{new}`"
-        for old, new in _RENAMED_ATTRIBUTES.items()
-        if hasattr(drafter, old) and not hasattr(drafter, new)
-    ]
     if not _takes_verifier_states(drafter.propose):
-        changes.append(
-            "give `propose` a fifth parameter, `verifier_states=None` (the verifier's hidden states; a drafter "
-            "without `verifier_state_layers` always receives None)"
-        )
-    if changes:
         raise ValueError(
-            f"`drafter` ({name}) follows an earlier version of the drafting contract: {'; '.join(changes)}. See "
-            "`specdec_hf.Drafter`."
+            f"`drafter` ({name}) follows an earlier version of the drafting contract: give `propose` a fifth "
+            "parameter, `verifier_states=None` (the verifier's hidden states; a drafter without "
+            "`verifier_state_layers` always receives None). See `specdec_hf.Drafter`."
         )
     vocab_size = _as_int(getattr(drafter, "vocab_size", None))
     if vocab_size is None or _as_int(getattr(drafter, "num_draft_tokens", None)) is None:

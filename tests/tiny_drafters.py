@@ -7,7 +7,6 @@ from conftest import VOCAB_SIZE
 
 from specdec_hf import SpecDrafterAdapter
 from specdec_hf.models import SpecDrafterConfig, SpecDrafterModel
-from specdec_hf.models.configuration_spec_drafter import LEGACY_FIELD_NAMES
 
 NUM_DRAFT_TOKENS = 4  # the tiny drafters' mask slots
 ATOL = 1e-5
@@ -33,9 +32,6 @@ def tiny_config(**overrides) -> SpecDrafterConfig:
         eos_token_id=2,
         decoder_start_token_id=2,
     )
-    for old, new in LEGACY_FIELD_NAMES.items():  # a field given under its earlier name replaces the default
-        if old in overrides:
-            kwargs.pop(new, None)
     kwargs.update(overrides)
     return SpecDrafterConfig(**kwargs)
 

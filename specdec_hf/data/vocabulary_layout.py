@@ -122,11 +122,10 @@ def relayout_spec_drafter(drafter: SpecDrafterModel, old_ids: list[int], tokeniz
     Permutes a `SpecDrafterModel`'s vocabulary in place to the layout of `tokenizer`, so that it can draft for the
     re-laid verifier (e.g. to start a new verifier's drafter from a trained one).
 
-    The input embedding rows and, for a full-vocabulary head, the LM head rows, `final_logits_bias` and a draft
-    chain's token table are permuted; a reduced head keeps its rows and has its `draft_vocab_ids` mapped to the new
-    ids. Unlike the verifier, no row is zeroed: the drafter's scores for permuted inputs are exactly its old scores,
-    permuted. Every special id of its config (and of its own encoder's config, and that encoder's `padding_idx`)
-    follows the permutation.
+    The input embedding rows and, for a full-vocabulary head, the LM head rows and `final_logits_bias` are permuted;
+    a reduced head keeps its rows and has its `draft_vocab_ids` mapped to the new ids. Unlike the verifier, no row is
+    zeroed: the drafter's scores for permuted inputs are exactly its old scores, permuted. Every special id of its
+    config (and of its own encoder's config, and that encoder's `padding_idx`) follows the permutation.
 
     Args:
         drafter (`SpecDrafterModel`): A drafter of the old layout.
@@ -151,9 +150,6 @@ def relayout_spec_drafter(drafter: SpecDrafterModel, old_ids: list[int], tokeniz
     if drafter.draft_vocab_ids is None:
         vocabulary_rows.setdefault(drafter.lm_head.weight.data_ptr(), drafter.lm_head.weight)
         drafter.final_logits_bias.copy_(drafter.final_logits_bias[:, index])
-        if drafter.draft_chain is not None:  # its token table follows the head's rows (its last row: no token)
-            table = drafter.draft_chain.token_embedding.weight
-            table[:-1].copy_(table[index])
     else:
         new_id = torch.empty_like(index)
         new_id[index] = torch.arange(len(old_ids), device=index.device)

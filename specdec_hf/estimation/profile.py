@@ -1,6 +1,6 @@
 """Acceptance profiles: how often a drafter's i-th draft is accepted, the one figure the estimator cannot measure.
 
-A profile gives, for each block position i (1-based), the probability `c_i` that draft i is accepted given that
+A profile gives, for each draft position i (1-based), the probability `c_i` that draft i is accepted given that
 drafts 1..i-1 were. The number of drafts accepted in an iteration is then `a` with `P(a >= i) = c_1 ... c_i`, and
 tokens per iteration (Tok., the bonus or correction token included) at k drafts is `1 + sum_i<=k c_1 ... c_i`.
 """
@@ -94,9 +94,9 @@ class AcceptanceProfile:
         return cls((high,), source=f"constant rate {high:.3f} (Tok. {tokens_per_iteration:g} at k={num_draft_tokens})")
 
     @classmethod
-    def from_counts(cls, accepted_at_position: list[int], drafted_at_position: list[int], source: str):
+    def from_counts(cls, accepted_at_position: list[int], verified_at_position: list[int], source: str):
         """
-        From a speculative run's counters (`speculative_stats.accepted_at_position` / `drafted_at_position`).
+        From a speculative run's counters (`speculative_stats.accepted_at_position` / `verified_at_position`).
 
         Draft i is judged only in iterations that accepted drafts 1..i-1 and verified a draft at i (a row's length
         budget or a confidence threshold can stop verification earlier). The counters do not pair the two per
@@ -104,14 +104,14 @@ class AcceptanceProfile:
         stopped short of k except by rejection or when the budget cut only iterations that accepted everything
         (the usual end of a sentence), an upper bound otherwise.
         """
-        if len(accepted_at_position) != len(drafted_at_position) or not drafted_at_position:
-            raise ValueError(f"{source}: accepted_at_position and drafted_at_position must be non-empty and as long")
-        if not drafted_at_position[0]:
+        if len(accepted_at_position) != len(verified_at_position) or not verified_at_position:
+            raise ValueError(f"{source}: accepted_at_position and verified_at_position must be non-empty and as long")
+        if not verified_at_position[0]:
             raise ValueError(f"{source}: no draft was verified, so there is no acceptance to read")
-        rates, reached = [], drafted_at_position[0]
+        rates, reached = [], verified_at_position[0]
         for position, accepted in enumerate(accepted_at_position):
             if position > 0:
-                reached = min(accepted_at_position[position - 1], drafted_at_position[position])
+                reached = min(accepted_at_position[position - 1], verified_at_position[position])
             if reached == 0:
                 break
             rates.append(min(accepted / reached, 1.0))
@@ -132,7 +132,7 @@ class AcceptanceProfile:
         except (OSError, json.JSONDecodeError) as error:
             raise ValueError(f"--acceptance_from {path}: cannot read it as JSON ({error})") from None
         if "accepted_at_position" in data:
-            return cls.from_counts(data["accepted_at_position"], data["drafted_at_position"], str(path))
+            return cls.from_counts(data["accepted_at_position"], data["verified_at_position"], str(path))
         strategies = {
             name: entry
             for name, entry in data.get("strategies", {}).items()
@@ -151,7 +151,7 @@ class AcceptanceProfile:
             )
         ((name, entry),) = strategies.items()
         stats = entry["speculative"]
-        return cls.from_counts(stats["accepted_at_position"], stats["drafted_at_position"], f"{path} ({name})")
+        return cls.from_counts(stats["accepted_at_position"], stats["verified_at_position"], f"{path} ({name})")
 
     def describe(self, num_draft_tokens: int) -> str:
         """A short text: the rates and the expected Tok. at `num_draft_tokens`."""

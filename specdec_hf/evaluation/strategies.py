@@ -5,9 +5,9 @@ Names:
 * `greedy`: `generate(do_sample=False, num_beams=1)`, the reference of speed-up and identical-to-greedy;
 * `beam`: beam search with `num_beams` beams; `beam<n>` (e.g. `beam3`): with n beams, for a sweep of widths;
 * `spec_k<k>_b<β>_t<τ>[_c<c>]` (e.g. `spec_k8_b1_t0`, `spec_k10_b5_t3.5`, `spec_k8_b1_t0_c0.2`): Speculative
-  Decoding (Xia et al., 2023, arXiv 2203.16487) with block size k, top-β and tolerance τ, and with `_c<c>` verifying
-  only the drafts whose running drafter confidence stays at or above c (`draft_confidence_threshold`); with several
-  drafters it runs with each (the result names get `_d<i>`), and `spec_..._d<i>` picks drafter i only;
+  Decoding (Xia et al., 2023, arXiv 2203.16487) with k drafts per iteration, top-β and tolerance τ, and with `_c<c>`
+  verifying only the drafts whose running drafter confidence stays at or above c (`draft_confidence_threshold`); with
+  several drafters it runs with each (the result names get `_d<i>`), and `spec_..._d<i>` picks drafter i only;
   `spec_kauto_...` chooses k per iteration (`num_draft_tokens="auto"`, `specdec_hf.generation.draft_length`);
 * `assisted`: transformers' assisted generation with an autoregressive `assistant_model` (batch size 1 only);
 * `ct2`, `ct2_int8`, `ct2_int8_float32`: the verifier converted to CTranslate2 and decoded greedily by it, with the

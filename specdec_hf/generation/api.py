@@ -36,10 +36,11 @@ from ..drafting import validate_drafter
 from ..models.verifier_conversion import check_verifier_state_layers
 from .aligned_rows import needs_aligned_rows, pads_finished_rows
 from .draft_length import AUTO, DraftLengthSchedule
+from .loop_state import SpeculativeLoopConfig
 from .outputs import SpeculativeGenerateOutput
 from .plain_decoding import plain_decoding
 from .spec_drafter_adapter import SpecDrafterAdapter, as_drafter
-from .speculative_loop import SpeculativeLoopConfig, run_speculative_loop
+from .speculative_loop import run_speculative_loop
 from .streamers import check_streamer, ended_once, ending_on_failure
 from .wrapping_drafter import WrappingDrafter
 

@@ -135,12 +135,12 @@ class SpecDrafterAdapter(Drafter):
         self._refresh_head_maps()
 
     def _refresh_head_maps(self) -> None:
-        """Keep `head_ids` (the verifier id of each row of a reduced head), `head_rows` (its inverse, which the
-        proposals' confidence reads) and `chain_rows` (verifier id -> row of the draft chain's token table) those of
-        the model now, so that a long-lived adapter never reads a stale map. They are made once, and again when
-        `draft_vocab_ids` is replaced or changed in place (a `load_state_dict`, a re-laid vocabulary) or the model
-        moves to another device; for a buffer made under `torch.inference_mode`, which has no version counter, at
-        every call. A change through `draft_vocab_ids.data` bypasses the version counter and is not seen."""
+        """Keep `head_ids` (the verifier id of each row of a reduced head) and `head_rows` (its inverse, which the
+        proposals' confidence reads) those of the model now, so that a long-lived adapter never reads a stale map.
+        They are made once, and again when `draft_vocab_ids` is replaced or changed in place (a `load_state_dict`, a
+        re-laid vocabulary) or the model moves to another device; for a buffer made under `torch.inference_mode`,
+        which has no version counter, at every call. A change through `draft_vocab_ids.data` bypasses the version
+        counter and is not seen."""
         model = self.model
         head_ids = model.draft_vocab_ids
         device = model.shared.weight.device
@@ -155,9 +155,6 @@ class SpecDrafterAdapter(Drafter):
         self._head_key = key
         self.head_ids = head_ids
         self.head_rows = None if head_ids is None else head_rows_of(head_ids, self.vocab_size)
-        self.chain_rows = None
-        if model.draft_chain is not None:
-            self.chain_rows = model.draft_chain_rows(torch.arange(self.vocab_size, device=device))
 
     @torch.no_grad()
     def init_drafting_state(
@@ -222,8 +219,7 @@ class SpecDrafterAdapter(Drafter):
         num_draft_tokens: int,
         verifier_states: torch.FloatTensor | None = None,
     ) -> DraftProposal:
-        """Draft the next `num_draft_tokens` tokens of every row in one decoder pass (then, for a drafter with a draft
-        chain, one small step per slot, each reading the previous slot's draft).
+        """Draft the next `num_draft_tokens` tokens of every row in one decoder pass.
 
         With `prefix_attention="causal"` only the prefix tokens not cached yet are fed (per row, from the shared
         cache length to the row's length, right-padded), and the cache is advanced to the shortest row's length.
@@ -274,11 +270,7 @@ class SpecDrafterAdapter(Drafter):
             cache=cache,
             cache_length=cache_length,
         )
-        first_rows = None
-        if self.chain_rows is not None:
-            last_index = (prefix_lengths - 1).to(prefix_ids.device)[:, None]
-            first_rows = self.chain_rows[prefix_ids.gather(1, last_index).squeeze(1).to(device)]
-        head_logits = model.slot_logits(hidden_states, first_rows).float()
+        head_logits = model.head_logits(hidden_states).float()
         if causal:
             # positions below the shortest prefix are committed in every row: keep them, the rest is scratch
             state = replace(state, prefix_key_values=cache, cache_length=min_length)

@@ -25,7 +25,6 @@ tokens, so causal attention never sees it; the cropped cache holds only committe
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
@@ -44,17 +43,16 @@ from ..acceptance import (
     sample_proposal,
 )
 from ..drafting import Drafter
-from .aligned_rows import criteria_read_scores, criteria_scores, reads_row_index, stop_aligned
+from .aligned_rows import criteria_read_scores, reads_row_index, stop_aligned
 from .draft_length import DraftLengthSchedule, time_forward
+from .loop_state import ActiveBatch, LoopResult, RowContext, Rows, SpeculativeLoopConfig
 from .processor_gating import apply_to_every_position, is_position_independent, processors_acting_on
 from .proposal_checks import check_proposal, make_safe, raise_for_value_facts
 from .stats import SpeculativeDecodingStats
+from .stopping import stop_at_eos, stop_by_criteria
 from .verifier_mask import CausalMaskTable
 
 __all__ = [
-    "ActiveBatch",
-    "LoopResult",
-    "SpeculativeLoopConfig",
     "accept",
     "assemble",
     "commit",
@@ -69,96 +67,6 @@ __all__ = [
 
 # new tokens the sequence buffer holds room for at the start; longer generations grow it
 _INITIAL_NEW_TOKENS = 256
-
-
-@dataclass
-class SpeculativeLoopConfig:
-    """Settings of one speculative decoding run (already validated)."""
-
-    num_draft_tokens: int
-    beta: int
-    tau: float
-    max_length: int
-    pad_token_id: int
-    vocab_size: int  # the verifier's, read once per generate() call
-    eos_token_ids: torch.LongTensor | None
-    do_sample: bool = False
-    output_scores: bool = False
-    output_logits: bool = False
-    confidence_threshold: float | None = None
-    # every row kept until all finish, advancing together (`specdec_hf.generation.aligned_rows`)
-    aligned_rows: bool = False
-    # finished rows append pad (greedy's rule with an EOS criterion); else, with aligned rows, they go on decoding
-    pad_finished_rows: bool = True
-
-
-@dataclass
-class LoopResult:
-    """What the loop produced: padded sequences, statistics and, when asked, per-position scores / logits."""
-
-    sequences: torch.LongTensor
-    stats: SpeculativeDecodingStats
-    scores: tuple[torch.FloatTensor, ...] | None
-    logits: tuple[torch.FloatTensor, ...] | None
-
-
-@dataclass
-class Rows:
-    """The batch as the loop tracks it: every row's committed tokens, and which rows are still decoding.
-
-    Args:
-        sequences (`torch.LongTensor` of shape `(batch_size, capacity)`): Committed tokens, pad after; `capacity`
-            leaves room for one iteration's k + 1 new tokens after the longest row, and grows with it.
-        lengths (`list[int]`): Committed length of every row of the batch.
-        active (`list[int]`): The batch index of each row still decoding, in order.
-        active_index (`torch.LongTensor` of shape `(len(active),)`): `active` as a tensor.
-        active_lengths (`torch.LongTensor` of shape `(len(active),)`): The active rows' committed lengths, kept on
-            the device alongside `lengths` (so that no iteration copies them there).
-        recorded (`list[list]`, *optional*): Per row, the `(scores, logits)` of each iteration's new tokens (only
-            when `output_scores` / `output_logits` asked for them).
-    """
-
-    sequences: torch.LongTensor
-    lengths: list[int]
-    active: list[int]
-    active_index: torch.LongTensor
-    active_lengths: torch.LongTensor
-    recorded: list[list[tuple[torch.FloatTensor, torch.FloatTensor]]] | None
-
-
-class ActiveBatch(NamedTuple):
-    """The active rows as an iteration starts.
-
-    Args:
-        committed (`torch.LongTensor` of shape `(rows, length)`): Their committed tokens, pad after.
-        lengths (`torch.LongTensor` of shape `(rows,)`): Their committed lengths.
-        host_lengths (`list[int]`): The same lengths, as the host knows them.
-        shortest (`int`), longest (`int`): The smallest and largest of `lengths`.
-    """
-
-    committed: torch.LongTensor
-    lengths: torch.LongTensor
-    host_lengths: list[int]
-    shortest: int
-    longest: int
-
-
-@dataclass
-class RowContext:
-    """What the loop keeps per active row besides its tokens; all of it follows the active rows when some finish.
-
-    Args:
-        encoder_outputs (`BaseModelOutput`): The verifier's encoder output.
-        encoder_attention_mask (`torch.LongTensor` of shape `(rows, source_length)`, *optional*): The source mask.
-        drafter_state: The drafter's opaque state.
-        verifier_states (`torch.FloatTensor` of shape `(rows, capacity, feature_width)`, *optional*): The
-            verifier's decoder states at every position fed so far (for drafters with `verifier_state_layers`).
-    """
-
-    encoder_outputs: BaseModelOutput
-    encoder_attention_mask: torch.LongTensor | None
-    drafter_state: object
-    verifier_states: torch.FloatTensor | None = None
 
 
 def run_speculative_loop(
@@ -648,8 +556,8 @@ def stop(
         `num_new` `(rows,)`, cut at a stop, and `finished` `(rows,)`.
     """
     if simple_stopping:
-        return _stop_at_eos(new_tokens, num_new, batch.lengths, config)
-    num_new, finished = _stop_by_criteria(
+        return stop_at_eos(new_tokens, num_new, batch.lengths, config.eos_token_ids, config.max_length)
+    num_new, finished = stop_by_criteria(
         new_tokens,
         num_new,
         batch.committed,
@@ -660,57 +568,6 @@ def stop(
         config.pad_token_id,
     )
     return num_new, finished | (batch.lengths + num_new >= config.max_length)
-
-
-def _stop_at_eos(
-    new_tokens: torch.LongTensor, num_new: torch.LongTensor, lengths: torch.LongTensor, config: SpeculativeLoopConfig
-) -> tuple[torch.LongTensor, torch.BoolTensor]:
-    """EOS and max-length stopping, vectorised: cut each row after its first appended EOS."""
-    if config.eos_token_ids is not None:
-        offsets = torch.arange(new_tokens.shape[1], device=new_tokens.device).unsqueeze(0)
-        is_eos = torch.isin(new_tokens, config.eos_token_ids) & (offsets < num_new.unsqueeze(1))
-        hit = is_eos.any(dim=1)
-        num_new = torch.where(hit, is_eos.float().argmax(dim=1) + 1, num_new)
-    else:
-        hit = torch.zeros_like(num_new, dtype=torch.bool)
-    finished = hit | (lengths + num_new >= config.max_length)
-    return num_new, finished
-
-
-def _stop_by_criteria(
-    new_tokens: torch.LongTensor,
-    num_new: torch.LongTensor,
-    committed: torch.LongTensor,
-    lengths: torch.LongTensor,
-    scores: torch.FloatTensor,
-    score_history: tuple[torch.FloatTensor, ...] | None,
-    stopping_criteria: StoppingCriteriaList,
-    pad: int,
-) -> tuple[torch.LongTensor, torch.BoolTensor]:
-    """General stopping: evaluate the criteria after each appended token, on that row's exact sequence."""
-    rows, width = new_tokens.shape
-    device = new_tokens.device
-    offsets = torch.arange(width, device=device).unsqueeze(0)
-    extended = committed.clone()
-    extended.scatter_(1, lengths.unsqueeze(1) + offsets, torch.where(offsets < num_new.unsqueeze(1), new_tokens, pad))
-    finished = torch.zeros(rows, dtype=torch.bool, device=device)
-    for position in range(int(num_new.max())):
-        candidates = ((num_new > position) & ~finished).nonzero().squeeze(1)
-        if candidates.numel() == 0:
-            break
-        stop = torch.zeros(candidates.numel(), dtype=torch.bool, device=device)
-        candidate_lengths = lengths[candidates] + position + 1
-        for length in candidate_lengths.unique().tolist():
-            group = (candidate_lengths == length).nonzero().squeeze(1)
-            rows_in_group = candidates[group]
-            # a score history exists here only for a single row (see run_speculative_loop): the group is that row
-            stop[group] = stopping_criteria(
-                extended[rows_in_group, :length], criteria_scores(score_history, scores[rows_in_group], position)
-            )
-        stopped = candidates[stop]
-        finished[stopped] = True
-        num_new[stopped] = position + 1
-    return num_new, finished
 
 
 def commit(
@@ -739,7 +596,7 @@ class Outcome(NamedTuple):
     num_new: list[int]
     finished: list[bool]
     accepted: list[int]
-    drafted: list[int]
+    verified: list[int]
     streamed: list[int] | None
     value_facts: list[int] | None = None
 
@@ -748,14 +605,14 @@ def _read_outcome(
     num_new: torch.LongTensor,
     finished: torch.BoolTensor,
     accepted: torch.LongTensor,
-    drafted: torch.LongTensor,
+    verified: torch.LongTensor,
     streamed: torch.LongTensor | None,
     value_facts: torch.LongTensor | None = None,
 ) -> Outcome:
     """The iteration's outcome on the host, in one transfer (each read of a device value waits for the device;
     the statistics and the drafter's value facts ride along with what the loop must read anyway)."""
     rows = num_new.shape[0]
-    parts = [num_new, finished.long(), accepted, drafted]
+    parts = [num_new, finished.long(), accepted, verified]
     if streamed is not None:
         parts.append(streamed)
     if value_facts is not None:  # computed where the drafter ran
@@ -766,7 +623,7 @@ def _read_outcome(
         num_new=values[:rows],
         finished=[bool(done) for done in values[rows : 2 * rows]],
         accepted=values[2 * rows : 3 * rows],
-        drafted=values[3 * rows : 4 * rows],
+        verified=values[3 * rows : 4 * rows],
         streamed=values[4 * rows : facts_start] if streamed is not None else None,
         value_facts=values[facts_start:] if value_facts is not None else None,
     )
@@ -776,13 +633,13 @@ def _count_iteration(stats: SpeculativeDecodingStats, active: list[int], outcome
     """Count the iteration for the active rows, leaving out aligned rows already finished (their pad is not
     generated)."""
     if not any(done):
-        stats.count_iteration(active, outcome.num_new, outcome.drafted, outcome.accepted)
+        stats.count_iteration(active, outcome.num_new, outcome.verified, outcome.accepted)
         return
     running = [local for local, finished in enumerate(done) if not finished]
     stats.count_iteration(
         [active[i] for i in running],
         [outcome.num_new[i] for i in running],
-        [outcome.drafted[i] for i in running],
+        [outcome.verified[i] for i in running],
         [outcome.accepted[i] for i in running],
     )
 

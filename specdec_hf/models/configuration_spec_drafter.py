@@ -14,27 +14,6 @@ from transformers.activations import ACT2FN
 
 PREFIX_ATTENTION_TYPES = ("bidirectional", "causal")
 POSITION_EMBEDDING_TYPES = ("learned", "sinusoidal")
-# Field names of drafters saved before the names were unified: old name -> current name. Read on loading.
-LEGACY_FIELD_NAMES = {
-    "block_size": "max_draft_tokens",
-    "default_block_size": "num_draft_tokens",
-    "prefix_feature_layers": "verifier_state_layers",
-}
-
-
-def rename_legacy_fields(fields: dict[str, Any]) -> dict[str, Any]:
-    """Return `fields` with the names of `LEGACY_FIELD_NAMES` replaced by the current ones.
-
-    Raises:
-        ValueError: when a field is given under both its old and its current name.
-    """
-    renamed = dict(fields)
-    for old, new in LEGACY_FIELD_NAMES.items():
-        if old in renamed:
-            if new in renamed:
-                raise ValueError(f"`{old}` is the old name of `{new}`: give only `{new}`.")
-            renamed[new] = renamed.pop(old)
-    return renamed
 
 
 def _matches(value, annotation) -> bool:
@@ -67,9 +46,7 @@ class SpecDrafterConfig(PretrainedConfig):
     r"""
     This is the configuration class to store the configuration of a [`SpecDrafterModel`]. It defines the drafter's
     architecture; the defaults give a "deep-shallow" drafter (6 encoder layers, 2 decoder layers, width 512) that
-    drafts up to 10 tokens per call. [`SpecDrafterModel.from_verifier`] fills it in from a verifier instead. Configs
-    saved with the earlier field names (`block_size`, `default_block_size`, `prefix_feature_layers`) load with their
-    values under the current names (`LEGACY_FIELD_NAMES`).
+    drafts up to 10 tokens per call. [`SpecDrafterModel.from_verifier`] fills it in from a verifier instead.
 
     Args:
         vocab_size (`int`, *optional*, defaults to 32000):
@@ -153,14 +130,6 @@ class SpecDrafterConfig(PretrainedConfig):
             Reduced-vocabulary LM head (FR-Spec, Zhao et al. 2025, arXiv 2502.14856): the head scores only this many
             verifier ids (the most frequent target tokens of the training data, stored in the `draft_vocab_ids`
             buffer) and drafts are mapped back to verifier ids. `None` (default): the full vocabulary.
-        draft_chain_dim (`int`, *optional*):
-            Width of the draft chain ([`SpecDrafterDraftChain`]; Hydra, Ankner et al. 2024, arXiv 2402.05109): each
-            mask slot reads the token before it (the previous slot's draft) in a small residual step between the
-            decoder and the LM head, so the slots are drafted one after the other after the decoder's single pass.
-            Training feeds each slot the true token before it (the forward's `labels`). A slot reads the previous
-            slot's argmax, so with sampling (`do_sample=True`) a later slot's scores are given the argmax, not the
-            token drawn: the output keeps the verifier's distribution, acceptance gains less. `None` (default): the
-            slots draft independently.
 
     Example:
 
@@ -213,18 +182,8 @@ class SpecDrafterConfig(PretrainedConfig):
     tie_word_embeddings: bool = True
     verifier_state_layers: list[int] | None = None
     draft_vocab_size: int | None = None
-    draft_chain_dim: int | None = None
 
     def __post_init__(self, **kwargs):
-        for old, new in LEGACY_FIELD_NAMES.items():
-            if old in kwargs:  # a config saved under an earlier name
-                value, current = kwargs.pop(old), getattr(self, new)
-                if current != getattr(type(self), new) and current != value:
-                    raise ValueError(
-                        f"`{old}` is the old name of `{new}`: give only `{new}` (got {old}={value!r} and "
-                        f"{new}={current!r})."
-                    )
-                setattr(self, new, value)
         # a field of the wrong type (`"max_draft_tokens": "4"` in a hand-edited config.json) is named here, before it
         # meets a comparison or a tensor shape
         for name, annotation in type(self).__annotations__.items():
@@ -259,11 +218,6 @@ class SpecDrafterConfig(PretrainedConfig):
                     "`draft_vocab_size` needs `tie_word_embeddings=False`: a reduced head has its own rows "
                     "(`SpecDrafterModel.from_verifier(..., draft_vocab_ids=...)` sets both)."
                 )
-        if self.draft_chain_dim is not None and self.draft_chain_dim < 1:
-            raise ValueError(
-                f"`draft_chain_dim` must be at least 1, or None for slots that draft independently; got "
-                f"{self.draft_chain_dim}."
-            )
         if self.max_draft_tokens < 1:
             raise ValueError(f"`max_draft_tokens` must be at least 1, got {self.max_draft_tokens}.")
         if self.num_draft_tokens is not None and not 1 <= self.num_draft_tokens <= self.max_draft_tokens:
@@ -307,4 +261,4 @@ class SpecDrafterConfig(PretrainedConfig):
         super().__post_init__(**kwargs)
 
 
-__all__ = ["LEGACY_FIELD_NAMES", "SpecDrafterConfig", "rename_legacy_fields"]
+__all__ = ["SpecDrafterConfig"]

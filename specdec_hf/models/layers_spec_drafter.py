@@ -5,8 +5,6 @@
   caller-owned cache buffer) and for cross-attention to precomputed keys and values.
 - [`SpecDrafterEncoderLayer`], [`SpecDrafterDecoderLayer`]: the layers; [`SpecDrafterEncoder`]: the encoder of a
   drafter built from a plain config (a drafter built from a verifier uses that family's encoder instead).
-- [`SpecDrafterDraftChain`]: the optional block between the decoder and the LM head through which each mask slot
-  reads the token before it (`draft_chain_dim`).
 """
 
 from __future__ import annotations
@@ -21,7 +19,6 @@ from .configuration_spec_drafter import SpecDrafterConfig
 __all__ = [
     "SpecDrafterAttention",
     "SpecDrafterDecoderLayer",
-    "SpecDrafterDraftChain",
     "SpecDrafterEncoder",
     "SpecDrafterEncoderLayer",
     "SpecDrafterFeedForward",
@@ -232,52 +229,3 @@ class SpecDrafterEncoder(nn.Module):
         for layer in self.layers:
             hidden_states = layer(hidden_states, mask)
         return self.layer_norm(hidden_states)
-
-
-class SpecDrafterDraftChain(nn.Module):
-    """Lets each mask slot read the token before it: the last prefix token for the first slot, the previous slot's
-    draft for the others (sequentially dependent draft heads, Hydra, Ankner et al. 2024, arXiv 2402.05109).
-
-    The mask slots of one decoder pass cannot see each other's drafts, so a later slot guesses its token without
-    knowing the one before it. A later draft only counts when every earlier one was accepted, i.e. equal to the
-    verifier's token, so training feeds each slot the true previous token (teacher forcing) and drafting feeds the
-    previous draft: one small residual step per slot,
-    `state + out_proj(act(state_proj(state) + token_embedding(row)))`.
-    Tokens are rows of the LM head (a draft is an argmax over them, so it needs no mapping), plus one last row for any
-    token outside a reduced head. `out_proj` starts at zero, so a chain added to a trained drafter starts by drafting
-    exactly as it did.
-
-    Args:
-        config ([`SpecDrafterConfig`]): Uses `d_model`, `draft_chain_dim`, `activation_function` and the head's size
-            (`draft_vocab_size` or `vocab_size`).
-    """
-
-    def __init__(self, config: SpecDrafterConfig):
-        super().__init__()
-        head_size = config.draft_vocab_size or config.vocab_size
-        self.token_embedding = nn.Embedding(head_size + 1, config.draft_chain_dim)
-        self.state_proj = nn.Linear(config.d_model, config.draft_chain_dim)
-        self.out_proj = nn.Linear(config.draft_chain_dim, config.d_model)
-        self.activation_fn = ACT2FN[config.activation_function]
-
-    def forward(
-        self,
-        slot_states: torch.Tensor,
-        token_rows: torch.LongTensor,
-        projected_states: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """
-        Args:
-            slot_states (`torch.FloatTensor` of shape `(..., d_model)`): The decoder's (normed) states of mask slots.
-            token_rows (`torch.LongTensor` of shape `(...)`): The token before each slot, as a row of the LM head
-                (`SpecDrafterModel.draft_chain_rows`).
-            projected_states (`torch.FloatTensor` of shape `(..., draft_chain_dim)`, *optional*):
-                `state_proj(slot_states)`, when computed for all slots at once ahead of a slot-by-slot loop.
-
-        Returns:
-            `torch.FloatTensor` of shape `(..., d_model)`: the slots' states for the LM head.
-        """
-        if projected_states is None:
-            projected_states = self.state_proj(slot_states)
-        hidden_states = self.activation_fn(projected_states + self.token_embedding(token_rows))
-        return slot_states + self.out_proj(hidden_states)

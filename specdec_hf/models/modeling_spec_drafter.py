@@ -35,7 +35,6 @@ from ..model_files import load_pretrained
 from .configuration_spec_drafter import SpecDrafterConfig
 from .layers_spec_drafter import (
     SpecDrafterDecoderLayer,
-    SpecDrafterDraftChain,
     SpecDrafterEncoder,
     SpecDrafterSinusoidalPositionalEmbedding,
 )
@@ -52,9 +51,7 @@ class SpecDrafterOutput(ModelOutput):
         loss (`torch.FloatTensor` of shape `()`, *optional*, returned when `labels` is given):
             Cross-entropy of the k drafted positions against `labels` (positions labelled -100 ignored).
         logits (`torch.FloatTensor` of shape `(batch_size, num_draft_tokens, vocab_size)`):
-            Scores of the k mask slots; slot j predicts the token at position `prefix_length + j`. With a draft chain
-            (`config.draft_chain_dim`) and `labels`, each slot's scores are given the true token before it (teacher
-            forcing), so their argmax is not what drafting proposes; call without `labels` for drafting's scores.
+            Scores of the k mask slots; slot j predicts the token at position `prefix_length + j`.
         encoder_last_hidden_state (`torch.FloatTensor` of shape `(batch_size, source_length, hidden_size)`):
             The encoder output the decoder attended to (the verifier's, unprojected, with `use_verifier_encoder`);
             pass it back as `encoder_hidden_states` to skip the encoder.
@@ -83,7 +80,7 @@ class SpecDrafterDecoder(nn.Module):
     """The drafting decoder: [prefix tokens + k mask slots] -> hidden states of the k mask slots.
 
     Each mask slot j of a row with prefix length L sits at position L + j; its input is the shared mask embedding plus
-    the learned query of block position j plus the learned position L + j. With `prefix_attention="bidirectional"`
+    the learned query of draft position j plus the learned position L + j. With `prefix_attention="bidirectional"`
     every position attends to every valid position; with `"causal"` prefix tokens attend only to earlier prefix
     tokens (so their keys and values can be cached), while the masks attend to the whole prefix and to each other.
 
@@ -288,12 +285,6 @@ class SpecDrafterPreTrainedModel(PreTrainedModel):
     _keys_to_ignore_on_load_missing = ["final_logits_bias"]
 
     def _init_weights(self, module: nn.Module):
-        chain = getattr(self, "draft_chain", None)
-        if chain is not None and module is chain.out_proj:
-            # a chain starts as the identity: added to a trained drafter, it drafts what the drafter drafted
-            init.zeros_(module.weight)
-            init.zeros_(module.bias)
-            return
         if isinstance(module, SpecDrafterSinusoidalPositionalEmbedding):
             init.copy_(module.weight, module.create_weight())
         else:
@@ -307,7 +298,7 @@ class SpecDrafterPreTrainedModel(PreTrainedModel):
 def _check_layers_match(name, model, loading_info: dict) -> None:
     """Refuse a drafter whose config asks for other layers than its weights hold: transformers would initialise the
     missing ones at random (or drop the extra ones) with only a logged report. Other missing weights keep
-    transformers' behaviour (initialised, reported): a module added on loading, such as a draft chain, is one."""
+    transformers' behaviour (initialised, reported)."""
     missing, unexpected = loading_info.get("missing_keys", []), loading_info.get("unexpected_keys", [])
     if not missing and not unexpected:
         return
@@ -378,7 +369,6 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel):
             self.feature_proj = nn.Linear(feature_width, config.d_model)
 
         self.decoder = SpecDrafterDecoder(config)
-        self.draft_chain = None if config.draft_chain_dim is None else SpecDrafterDraftChain(config)
         head_size = config.draft_vocab_size or config.vocab_size
         self.lm_head = nn.Linear(config.d_model, head_size, bias=False)
         self.register_buffer("final_logits_bias", torch.zeros(1, head_size))
@@ -503,53 +493,6 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel):
         # through the module, not F.linear on its weight: its hooks, a bias or a prepacked kernel apply
         return self.lm_head(hidden_states) + self.final_logits_bias
 
-    def draft_chain_rows(self, token_ids: torch.LongTensor) -> torch.LongTensor:
-        """Verifier ids (and -100) -> rows of the draft chain's token table: the LM head's row of each id, the table's
-        last row for ids outside a reduced head (and -100)."""
-        if self.draft_chain is None:
-            raise ValueError(
-                "This drafter has no draft chain (`config.draft_chain_dim` is None): it has no chain rows."
-            )
-        rows = self.to_draft_vocab(token_ids)
-        return torch.where(rows >= 0, rows, self.draft_chain.token_embedding.num_embeddings - 1)
-
-    def slot_logits(
-        self,
-        slot_states: torch.Tensor,
-        first_rows: torch.LongTensor | None = None,
-        labels: torch.LongTensor | None = None,
-    ) -> torch.FloatTensor:
-        """LM head scores of the mask slots, through the draft chain when the drafter has one.
-
-        Args:
-            slot_states (`torch.FloatTensor` of shape `(..., num_draft_tokens, d_model)`): The decoder's slot states.
-            first_rows (`torch.LongTensor` of shape `(...)`, *optional*): The token before the first slot (the
-                prefix's last token) as a row of the chain's table (`draft_chain_rows`); needed with a chain.
-            labels (`torch.LongTensor` of shape `(..., num_draft_tokens)`, *optional*): The true tokens (verifier
-                ids; -100, past the end, reads the table's last row): each slot reads the true token before it
-                (training). Without them each slot reads the previous slot's draft, the argmax of its scores
-                (drafting), slot after slot.
-
-        Returns:
-            `torch.FloatTensor` of shape `(..., num_draft_tokens, head_size)`.
-        """
-        chain = self.draft_chain
-        if chain is None:
-            return self.head_logits(slot_states)
-        if first_rows is None:
-            raise ValueError("A drafter with a draft chain needs `first_rows`: the prefix's last token of each row.")
-        if labels is not None:
-            before = self.draft_chain_rows(labels[..., :-1].to(first_rows.device))
-            rows = torch.cat([first_rows[..., None], before], dim=-1)
-            return self.head_logits(chain(slot_states, rows))
-        projected_states = chain.state_proj(slot_states)
-        logits, rows = [], first_rows
-        for slot in range(slot_states.shape[-2]):
-            step = self.head_logits(chain(slot_states[..., slot, :], rows, projected_states[..., slot, :]))
-            logits.append(step)
-            rows = step.argmax(dim=-1)  # a row of the head is a row of the chain's table
-        return torch.stack(logits, dim=-2)
-
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -580,9 +523,7 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel):
                 1 for prefix tokens, 0 for padding (right padding only). `None` means no padding.
             num_draft_tokens (`int`, *optional*): Number of mask slots k (defaults to `config.max_draft_tokens`).
             labels (`torch.LongTensor` of shape `(batch_size, num_draft_tokens)`, *optional*):
-                The next k tokens after each prefix; -100 marks ignored positions (e.g. past EOS). With a draft chain
-                (`config.draft_chain_dim`) each slot also reads the true token before it (teacher forcing), so the
-                `logits` are those given the labels; without labels each slot reads the previous slot's argmax.
+                The next k tokens after each prefix; -100 marks ignored positions (e.g. past EOS).
             label_smoothing (`float`, *optional*, defaults to 0.0): Label smoothing of the cross-entropy.
             glance_ids (`torch.LongTensor` of shape `(batch_size, num_draft_tokens)`, *optional*):
                 Glancing training (GLAT, as in the paper's §3.1): target tokens revealed to their mask slots; -100
@@ -610,11 +551,6 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel):
         batch_size, prefix_length = decoder_input_ids.shape
         self.check_positions(prefix_length + num_draft_tokens)
         previous_states = None if verifier_states is None else self._shift_states(verifier_states)
-        if self.draft_chain is not None and labels is not None and labels.shape[-1] != num_draft_tokens:
-            raise ValueError(
-                f"`labels` must hold the next {num_draft_tokens} tokens of each prefix (`num_draft_tokens`), got "
-                f"{labels.shape[-1]}: the draft chain feeds each slot the true token before it."
-            )
 
         if encoder_hidden_states is None:
             encoder_hidden_states = self.encode(input_ids, attention_mask)
@@ -657,18 +593,7 @@ class SpecDrafterModel(SpecDrafterPreTrainedModel):
                 glance_embeds=None if glance_ids is None else glance_embeds.flatten(1, 2),
                 glance_mask=None if glance_ids is None else (glance_ids >= 0).flatten(1, 2),
             ).unflatten(1, (split_lengths.shape[0], num_draft_tokens))
-        if self.draft_chain is None:
-            logits = self.head_logits(hidden_states)
-        else:
-            if split_lengths is None:
-                last_tokens = decoder_input_ids.gather(1, (prefix_lengths - 1)[:, None]).squeeze(1)  # (B,)
-            else:
-                last_tokens = decoder_input_ids[:, split_lengths - 1]  # (B, S)
-            # glancing marks the revealed slots' labels -100 (nothing to learn there); the chain reads their true token
-            chain_ids = labels
-            if glance_ids is not None and labels is not None:
-                chain_ids = torch.where(glance_ids >= 0, glance_ids, labels)
-            logits = self.slot_logits(hidden_states, self.draft_chain_rows(last_tokens), chain_ids)
+        logits = self.head_logits(hidden_states)
 
         loss = None
         if labels is not None:

@@ -10,7 +10,6 @@ layers, how many decoder hidden states its forward returns, and how to fill in a
 from __future__ import annotations
 
 import importlib
-import warnings
 from dataclasses import fields
 
 import torch
@@ -18,7 +17,7 @@ from torch import nn
 from transformers import AutoConfig, PreTrainedModel
 from transformers.activations import ACT2FN
 
-from .configuration_spec_drafter import LEGACY_FIELD_NAMES, SpecDrafterConfig, rename_legacy_fields
+from .configuration_spec_drafter import SpecDrafterConfig
 
 __all__ = [
     "ENCODER_CLASSES",
@@ -150,11 +149,6 @@ def drafter_config_from_verifier(
             f"Unsupported verifier family {model_type!r}: `from_verifier` supports {sorted(ENCODER_CLASSES)}. "
             "Build a `SpecDrafterConfig` by hand for other models."
         )
-    legacy = sorted(set(overrides) & set(LEGACY_FIELD_NAMES))
-    if legacy:
-        renames = ", ".join(f"`{old}` -> `{LEGACY_FIELD_NAMES[old]}`" for old in legacy)
-        warnings.warn(f"Renamed `from_verifier` arguments: {renames}.", FutureWarning, stacklevel=3)
-    overrides = rename_legacy_fields(overrides)
     check_verifier_state_layers(overrides.get("verifier_state_layers"), verifier)
     unknown = sorted(set(overrides) - {field.name for field in fields(SpecDrafterConfig)})
     if unknown:

@@ -1,4 +1,4 @@
-"""Periodic evaluation of a drafter during training: Tok. against its verifier and accuracy per block position."""
+"""Periodic evaluation of a drafter during training: Tok. against its verifier and accuracy per draft position."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def evaluate_drafter(
 
     Returns:
         `dict` with `tokens_per_iteration` (β=1 speculative decoding, all rows together),
-        `accuracy_by_position` (teacher-forced: fraction of block position i predicted right after a random split)
+        `accuracy_by_position` (teacher-forced: fraction of draft position i predicted right after a random split)
         and `accuracy` (over all positions).
     """
     was_training = drafter.training

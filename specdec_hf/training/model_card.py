@@ -51,7 +51,7 @@ def drafter_card_data(verifier_name: str, metrics: dict, data: str, model_name: 
         results.append(
             EvalResult(
                 metric_type=f"draft_accuracy_position_{position}",
-                metric_name=f"Draft accuracy at block position {position}",
+                metric_name=f"Draft accuracy at draft position {position}",
                 metric_value=round(float(accuracy), 4),
                 **common,
             )
@@ -113,8 +113,6 @@ def write_model_card(
         reads += f", reads the verifier's decoder states of layers {config.verifier_state_layers} (EAGLE-style)"
     if config.draft_vocab_size:
         reads += f", LM head over the {config.draft_vocab_size} most frequent target tokens"
-    if config.draft_chain_dim:
-        reads += f", a draft chain of width {config.draft_chain_dim} (each slot reads the token drafted before it)"
     text = f"""# Spec-Drafter for `{verifier_name}`
 
 A non-autoregressive drafter for Speculative Decoding (Xia et al., 2023, arXiv 2203.16487): it proposes up to
@@ -144,7 +142,7 @@ out = enable_speculative_decoding(verifier).generate(**inputs, drafter=drafter)
 ## Evaluation (held-out distilled sources, β = 1, k = {config.max_draft_tokens})
 
 - tokens per iteration (Tok.): {f"{tok:.2f}" if tok is not None else "not measured"}
-- draft accuracy by block position: {by_position or "not measured"}
+- draft accuracy by draft position: {by_position or "not measured"}
 """
     model_name = model_name or Path(output_dir).resolve().name
     card = ModelCard(f"---\n{drafter_card_data(verifier_name, metrics, data, model_name).to_yaml()}\n---\n\n{text}")

@@ -89,8 +89,8 @@ def test_impossible_tokens_per_iteration_is_refused():
 
 
 def test_profile_from_speculative_counters_and_results_json(tmp_path):
-    stats = {"accepted_at_position": [80, 40, 10], "drafted_at_position": [100, 80, 40]}
-    profile = AcceptanceProfile.from_counts(stats["accepted_at_position"], stats["drafted_at_position"], "run")
+    stats = {"accepted_at_position": [80, 40, 10], "verified_at_position": [100, 80, 40]}
+    profile = AcceptanceProfile.from_counts(stats["accepted_at_position"], stats["verified_at_position"], "run")
     assert profile.rates == pytest.approx((0.8, 0.5, 0.25))
     (tmp_path / "stats.json").write_text(json.dumps(stats))
     assert AcceptanceProfile.from_file(tmp_path / "stats.json").rates == profile.rates
@@ -160,8 +160,8 @@ def test_oracle_accepts_exactly_the_drawn_counts(tiny_models):
 def test_profile_read_from_a_real_run_of_perfect_drafts_is_perfect(tiny_models):
     """The length budget cuts the last iteration short; that must not read as rejections."""
     stats = speculative_run(tiny_models, 0, AcceptanceProfile.perfect(), 4, SETTINGS).speculative_stats
-    assert stats.drafted_at_position != [stats.drafted_at_position[0]] * 4  # the budget did cut an iteration
-    profile = AcceptanceProfile.from_counts(stats.accepted_at_position, stats.drafted_at_position, "run")
+    assert stats.verified_at_position != [stats.verified_at_position[0]] * 4  # the budget did cut an iteration
+    profile = AcceptanceProfile.from_counts(stats.accepted_at_position, stats.verified_at_position, "run")
     assert profile.rates == (1.0, 1.0, 1.0, 1.0)
 
 

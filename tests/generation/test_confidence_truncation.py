@@ -132,8 +132,8 @@ def test_spec_drafter_confidence_truncates_and_keeps_greedy(reduced_head):
     )
     assert torch.equal(output.sequences, reference)
     stats = output.speculative_stats
-    assert stats.drafted_at_position[1:] == [0, 0, 0]
-    assert 0 < sum(stats.drafted_tokens) < stats.proposed_tokens
+    assert stats.verified_at_position[1:] == [0, 0, 0]
+    assert 0 < sum(stats.verified_tokens) < stats.proposed_tokens
 
 
 @pytest.mark.parametrize("processors", [False, True], ids=["all_positions_at_once", "per_position"])
@@ -164,10 +164,10 @@ def test_truncated_verification_equals_greedy(family, batch_size, num_draft_toke
     )
     assert torch.equal(full.sequences, reference) and torch.equal(truncated.sequences, reference)
     stats = truncated.speculative_stats
-    assert sum(stats.drafted_tokens) < sum(full.speculative_stats.drafted_tokens)
-    assert sum(stats.drafted_tokens) < stats.proposed_tokens
+    assert sum(stats.verified_tokens) < sum(full.speculative_stats.verified_tokens)
+    assert sum(stats.verified_tokens) < stats.proposed_tokens
     if batch_size > 1:  # rows were cut at different lengths: some verified past position 1, some stopped there
-        assert stats.drafted_at_position[1] < stats.drafted_at_position[0]
+        assert stats.verified_at_position[1] < stats.verified_at_position[0]
 
 
 def test_threshold_one_verifies_exactly_one_draft_per_row():
@@ -185,9 +185,9 @@ def test_threshold_one_verifies_exactly_one_draft_per_row():
     )
     assert torch.equal(output.sequences, reference)
     stats = output.speculative_stats
-    assert stats.drafted_at_position[1:] == [0, 0, 0]
+    assert stats.verified_at_position[1:] == [0, 0, 0]
     # one verified draft in every iteration that had length budget left (the last one of a row may have none)
-    assert stats.drafted_at_position[0] >= sum(stats.iterations) - 4 > 0
+    assert stats.verified_at_position[0] >= sum(stats.iterations) - 4 > 0
 
 
 @pytest.mark.parametrize("threshold", [-0.1, 1.5, "0.5", True])

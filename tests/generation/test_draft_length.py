@@ -291,7 +291,7 @@ def test_proposed_tokens_count_what_num_drafts_says_was_proposed():
     drafter = _OneDraftPerRow(torch.long, model.generate(**inputs, **GREEDY, max_new_tokens=6), VOCAB_SIZE, 3)
     stats = generate_with_drafter(model, inputs, drafter, max_new_tokens=6, num_draft_tokens=3).speculative_stats
     assert stats.drafter_calls > 0
-    assert stats.proposed_tokens == sum(stats.drafted_tokens)  # one per row and call, not k=3
+    assert stats.proposed_tokens == sum(stats.verified_tokens)  # one per row and call, not k=3
 
 
 def test_plain_calls_are_compared_at_the_cost_they_were_measured_at():

@@ -134,7 +134,7 @@ def test_confidence_truncation_cuts_the_fallbacks_rows_only():
     assert torch.equal(output.sequences, reference)
     stats = output.speculative_stats
     # 0.5 x 0.5 < 0.4 cuts the fallback's rows to one draft; copies (confidence 1) verify past their first
-    assert fallback.calls > 0 and stats.drafted_at_position[1] > 0
+    assert fallback.calls > 0 and stats.verified_at_position[1] > 0
     # the combined scores on the sampling path (a run that completes; sampling's exactness is the chi-squared tests'):
     # top_k=1 leaves only greedy's token
     sampled = generate_with_drafter(model, source, drafter, do_sample=True, top_k=1, max_new_tokens=10)
@@ -155,7 +155,7 @@ def test_a_source_that_holds_the_output_is_copied():
     output = generate_with_drafter(model, {"input_ids": source}, drafter, max_new_tokens=12)
     assert torch.equal(output.sequences, reference)
     stats = output.speculative_stats
-    assert sum(stats.drafted_tokens) > 0  # the source continued some prefixes
+    assert sum(stats.verified_tokens) > 0  # the source continued some prefixes
 
 
 def test_sampling_with_copied_drafts_stays_in_the_verifiers_support():
@@ -210,7 +210,7 @@ def test_rows_with_and_without_copied_drafts_in_one_batch_stay_greedy():
         reference = model.generate(**inputs, **GREEDY, max_new_tokens=12)
         output = generate_with_drafter(model, inputs, drafter, max_new_tokens=12)
         assert torch.equal(output.sequences, reference)
-        drafted = output.speculative_stats.drafted_tokens
+        drafted = output.speculative_stats.verified_tokens
         if 0 < sum(drafted) and 0 in drafted:
             return
     pytest.fail("no batch of these seeds has rows with and without copied drafts")

@@ -8,7 +8,8 @@ from conftest import build_verifier, make_source_batch
 
 from specdec_hf import SpecDrafterModel, enable_speculative_decoding, speculative_generate
 from specdec_hf.generation import SpecDrafterAdapter
-from specdec_hf.generation.speculative_loop import ActiveBatch, SpeculativeLoopConfig, _iteration_k
+from specdec_hf.generation.loop_state import ActiveBatch, SpeculativeLoopConfig
+from specdec_hf.generation.speculative_loop import _iteration_k
 from specdec_hf.training import distill_greedy_outputs, fit_drafter_in_memory
 
 DRAFTER_VARIANTS = {
@@ -102,7 +103,7 @@ def test_config_num_draft_tokens_sets_the_k_drafted_without_num_draft_tokens(tmp
         extra = {} if num_draft_tokens is None else {"num_draft_tokens": num_draft_tokens}
         output = model.generate(**inputs, **kwargs, **extra, return_dict_in_generate=True)
         assert torch.equal(output.sequences, reference)
-        assert len(output.speculative_stats.drafted_at_position) == expected_k
+        assert len(output.speculative_stats.verified_at_position) == expected_k
 
 
 def test_briefly_trained_drafter_accepts_more_than_one_token_per_iteration():

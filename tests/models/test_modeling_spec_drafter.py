@@ -17,7 +17,6 @@ from tiny_drafters import NUM_DRAFT_TOKENS, propose_fresh, random_prefixes, tiny
 from transformers import AutoConfig, AutoModel
 
 from specdec_hf.models import SpecDrafterConfig, SpecDrafterModel
-from specdec_hf.models.configuration_spec_drafter import rename_legacy_fields
 
 # ------------------------------------------------------------------------------------------------------------------
 # Config
@@ -137,21 +136,3 @@ def test_save_and_load_round_trip(tmp_path, overrides):
     for model in (loaded, auto_loaded):
         assert model.lm_head.weight is model.shared.weight
         torch.testing.assert_close(propose_fresh(model.eval(), source, prefix_ids, [3, 5]).draft_logits, expected)
-
-
-def test_config_reads_the_earlier_field_names(tmp_path):
-    """A config saved before the names were unified loads its values under the current names, and saves those."""
-    config = tiny_config(
-        block_size=6, default_block_size=3, prefix_feature_layers=[-1], prefix_attention="causal", verifier_d_model=32
-    )
-    assert (config.max_draft_tokens, config.num_draft_tokens, config.verifier_state_layers) == (6, 3, [-1])
-    config.save_pretrained(tmp_path)
-    saved = json.loads((tmp_path / "config.json").read_text())
-    assert saved["max_draft_tokens"] == 6 and not {"block_size", "default_block_size", "prefix_feature_layers"} & set(
-        saved
-    )
-    with pytest.raises(ValueError, match="old name of `max_draft_tokens`"):
-        rename_legacy_fields({"block_size": 4, "max_draft_tokens": 4})
-    # an old and a current name of one field with different values: refused, not one silently kept
-    with pytest.raises(ValueError, match=r"block_size=5 and max_draft_tokens=8"):
-        tiny_config(block_size=5, max_draft_tokens=8)

@@ -1,94 +1,139 @@
-"""Drafters saved by earlier code load and draft identically: the tiny fixtures of `tests/fixtures/legacy_drafters`
-(written by the code before the redesign, with the script recorded in their README).
+"""Saved drafters load and draft identically: the tiny drafters of `tests/fixtures/saved_drafters`, one per design
+the code supports, each saved with `save_pretrained` together with the drafts it made.
 
-Each fixture records the state-dict keys, the config as saved (under the earlier field names, which load under the
-current ones), the drafts (ids, scores over the verifier's vocabulary, confidence) of a fixed sequence of drafting
-calls, and the output of speculative `generate()`.
+Each `<name>/` holds the drafter as `save_pretrained` wrote it (`config.json`, `model.safetensors`), the inputs of
+its drafting calls (`inputs.safetensors`: the source, the verifier's encoder output and decoder states, the committed
+tokens) and `expected.json` (the drafts, as verifier ids, and their confidence, of a fixed sequence of drafting calls
+on one drafting state, so that the prefix cache of a causal drafter is read across calls).
+
+The fixtures were written by `write_fixtures()` below, with random weights (seeded) and the code of the version they
+test. A deliberate change of the saved format or of drafting breaks this test: rewrite them with
+`PYTHONPATH=tests .venv/bin/python tests/models/test_saved_drafters.py` and say why in the commit.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
-from transformers import AutoModelForSeq2SeqLM
+from conftest import VOCAB_SIZE, build_verifier, make_source_batch
+from safetensors.torch import load_file, save_file
+from tiny_drafters import random_prefixes, tiny_drafter
 
-from specdec_hf import SpecDrafterAdapter, SpecDrafterModel, speculative_generate
-from specdec_hf.models.configuration_spec_drafter import LEGACY_FIELD_NAMES
+from specdec_hf import SpecDrafterAdapter, SpecDrafterModel
 
-REPO = Path(__file__).resolve().parents[2]
-FIXTURES = REPO / "tests" / "fixtures" / "legacy_drafters"
-GREEDY = dict(do_sample=False, num_beams=1)
-
-
-def _check_config(loaded, saved: dict) -> None:
-    """Every field of the saved config.json is read back with its value (under its current name)."""
-    assert {"block_size", "prefix_feature_layers"} <= set(saved)  # saved under the earlier names
-    for name, value in saved.items():
-        if name in ("architectures", "transformers_version", "dtype", "model_type"):
-            continue
-        assert getattr(loaded.config, LEGACY_FIELD_NAMES.get(name, name)) == value, name
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "saved_drafters"
+# (committed tokens of each row, k) of each drafting call; prefixes only grow, as in decoding
+CALLS = [([1, 1], 4), ([3, 2], 3), ([5, 5], 4), ([8, 6], 2)]
+SMALL = dict(max_position_embeddings=16)  # enough for the 11 source tokens and the calls: small files
 
 
-def _teacher_forced_states(verifier, inputs, sequences, layers):
-    with torch.no_grad():
-        outputs = verifier(**inputs, decoder_input_ids=sequences, output_hidden_states=True, use_cache=False)
-    return torch.cat([outputs.decoder_hidden_states[index] for index in layers], dim=-1)
+# fixture name -> the dtype it is saved in (the shipped drafters are float16)
+DTYPES = {
+    "own_encoder": torch.float32,
+    "family_encoder": torch.float16,
+    "verifier_encoder_states": torch.float16,
+    "states_reduced_head": torch.float16,
+}
 
 
-def _replay(verifier, drafter, inputs, reference, calls):
-    """Run the recorded sequence of drafting calls on one drafting state; yield each proposal and its record."""
-    adapter = SpecDrafterAdapter(drafter)
-    layers = adapter.verifier_state_layers
-    states = _teacher_forced_states(verifier, inputs, reference, layers) if layers else None
-    with torch.no_grad():
-        encoder_output = verifier.get_encoder()(**inputs).last_hidden_state
-        state = adapter.init_drafting_state(inputs["input_ids"], inputs["attention_mask"], encoder_output)
-        for call in calls:
-            longest = max(call["lengths"])
-            verifier_states = states[:, :longest] if layers and longest > 1 else None
-            lengths = torch.tensor(call["lengths"])
-            proposal = adapter.propose(state, reference[:, :longest], lengths, call["k"], verifier_states)
-            state = proposal.state
-            yield proposal, call
-
-
-@pytest.mark.parametrize("name", ["states_reduced_head", "own_encoder"])
-def test_drafter_saved_by_earlier_code_loads_and_drafts_identically(name):
-    directory = FIXTURES / name
-    expected = json.loads((directory / "expected.json").read_text())
-    expected_scores = load_file(directory / "expected_logits.safetensors")
-    verifier = AutoModelForSeq2SeqLM.from_pretrained(directory / "verifier", dtype=torch.float32).eval()
-    drafter = SpecDrafterModel.from_pretrained(directory / "drafter", dtype=torch.float32).eval()
-    assert sorted(drafter.state_dict()) == expected["state_dict_keys"]
-    _check_config(drafter, expected["config"])
-
-    inputs = {key: torch.tensor(value) for key, value in expected["source"].items()}
-    reference = torch.tensor(expected["reference"])
-    replayed = 0
-    for index, (proposal, call) in enumerate(_replay(verifier, drafter, inputs, reference, expected["calls"])):
-        assert proposal.draft_ids.tolist() == call["draft_ids"]
-        torch.testing.assert_close(proposal.draft_logits, expected_scores[f"call_{index}"], atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(proposal.confidence(), torch.tensor(call["confidence"]), atol=1e-6, rtol=1e-5)
-        replayed += 1
-    assert replayed == len(expected["calls"]) == 4
-
-    for k, record in expected["generate"].items():
-        output = verifier.generate(
-            **inputs,
-            **GREEDY,
-            max_new_tokens=12,
-            custom_generate=speculative_generate,
-            drafter=drafter,
-            num_draft_tokens=None if k == "None" else int(k),
-            return_dict_in_generate=True,
+def _build(name: str) -> SpecDrafterModel:
+    """The drafter of fixture `name` as first built, before saving."""
+    if name == "own_encoder":  # the compact encoder, a bidirectional prefix, the tied full head
+        return tiny_drafter(seed=1, d_model=16, **SMALL)
+    if name == "family_encoder":  # the verifier family's encoder (BartEncoder) with the verifier's first layer
+        verifier = build_verifier("bart")
+        return SpecDrafterModel.from_verifier(verifier, max_draft_tokens=4, encoder_layers=1, decoder_layers=1)
+    if name == "verifier_encoder_states":  # as the shipped summarization drafter: no encoder, EAGLE-style states
+        return tiny_drafter(
+            seed=3,
+            **SMALL,
+            use_verifier_encoder=True,
+            verifier_d_model=48,  # another width than the drafter's: the verifier's output is projected
+            prefix_attention="causal",
+            verifier_state_layers=[1, -1],
         )
-        stats = output.speculative_stats
-        assert output.sequences.tolist() == record["sequences"]
-        assert stats.accepted_tokens == record["accepted_tokens"]
-        assert stats.drafted_tokens == record["drafted_tokens"]
-        assert stats.iterations == record["iterations"]
-        assert stats.accepted_at_position[: len(record["accepted_at_position"])] == record["accepted_at_position"]
+    if name == "states_reduced_head":  # as the shipped translation drafter, with a reduced head
+        drafter = tiny_drafter(
+            seed=4,
+            **SMALL,
+            use_verifier_encoder=True,
+            prefix_attention="causal",
+            verifier_state_layers=[-1],
+            draft_vocab_size=40,
+            tie_word_embeddings=False,
+        )
+        drafter.draft_vocab_ids.copy_(torch.randperm(VOCAB_SIZE, generator=torch.Generator().manual_seed(4))[:40])
+        return drafter
+    raise ValueError(f"unknown fixture {name!r}")
+
+
+def _inputs(drafter: SpecDrafterModel) -> dict[str, torch.Tensor]:
+    """Fixed inputs of the drafting calls, of `drafter`'s widths."""
+    config = drafter.config
+    verifier_width = config.verifier_d_model or config.d_model
+    generator = torch.Generator().manual_seed(0)
+    source = make_source_batch(2)
+    inputs = {
+        **source,
+        "encoder_hidden_states": torch.randn(*source["input_ids"].shape, verifier_width, generator=generator),
+        "prefix_ids": random_prefixes([9, 9], seed=0),
+    }
+    if config.verifier_state_layers:
+        width = len(config.verifier_state_layers) * verifier_width
+        inputs["verifier_states"] = torch.randn(2, 9, width, generator=generator)
+    return inputs
+
+
+def _draft(drafter: SpecDrafterModel, inputs: dict[str, torch.Tensor]) -> list[dict]:
+    """The drafts of the `CALLS` on one drafting state: ids and confidence of each call."""
+    adapter = SpecDrafterAdapter(drafter)
+    state = adapter.init_drafting_state(inputs["input_ids"], inputs["attention_mask"], inputs["encoder_hidden_states"])
+    drafts = []
+    for lengths, k in CALLS:
+        longest = max(lengths)
+        states = inputs["verifier_states"][:, :longest] if "verifier_states" in inputs and longest > 1 else None
+        proposal = adapter.propose(state, inputs["prefix_ids"][:, :longest], torch.tensor(lengths), k, states)
+        state = proposal.state
+        drafts.append({"draft_ids": proposal.draft_ids.tolist(), "confidence": proposal.confidence().tolist()})
+    return drafts
+
+
+def _load(directory: Path) -> SpecDrafterModel:
+    """The saved drafter in float32 (whatever dtype it was saved in), checking that every weight was read."""
+    drafter, info = SpecDrafterModel.from_pretrained(directory, dtype=torch.float32, output_loading_info=True)
+    assert not any(info.values()), info
+    return drafter.eval()
+
+
+def write_fixtures() -> None:
+    """(Re)write every fixture: build, save, load back and record the loaded drafter's drafts."""
+    for name, dtype in DTYPES.items():
+        directory = FIXTURES / name
+        shutil.rmtree(directory, ignore_errors=True)
+        drafter = _build(name).eval()
+        drafter.to(dtype).save_pretrained(directory)
+        inputs = _inputs(drafter)
+        save_file(inputs, directory / "inputs.safetensors")
+        drafts = _draft(_load(directory), inputs)
+        calls = ",\n".join(json.dumps(draft) for draft in drafts)  # one call a line
+        (directory / "expected.json").write_text(f'{{"calls": [\n{calls}\n]}}\n')
+
+
+@pytest.mark.parametrize("name", sorted(DTYPES))
+def test_saved_drafter_loads_and_drafts_identically(name):
+    directory = FIXTURES / name
+    expected = json.loads((directory / "expected.json").read_text())["calls"]
+    drafts = _draft(_load(directory), load_file(directory / "inputs.safetensors"))
+    for call, (draft, record) in enumerate(zip(drafts, expected, strict=True)):
+        assert draft["draft_ids"] == record["draft_ids"], call
+        torch.testing.assert_close(
+            torch.tensor(draft["confidence"]), torch.tensor(record["confidence"]), atol=1e-6, rtol=1e-5
+        )
+
+
+if __name__ == "__main__":
+    write_fixtures()

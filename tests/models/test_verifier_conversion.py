@@ -147,10 +147,3 @@ def test_from_verifier_rejects_unsupported_models():
         SpecDrafterModel.from_verifier(blenderbot)
     with pytest.raises(ValueError, match="decoder_layerz"):
         SpecDrafterModel.from_verifier(build_verifier("bart"), decoder_layerz=1)
-
-
-def test_from_verifier_takes_the_earlier_argument_names_with_a_warning():
-    verifier = build_verifier("bart")
-    with pytest.warns(FutureWarning, match="`block_size` -> `max_draft_tokens`"):
-        drafter = SpecDrafterModel.from_verifier(verifier, block_size=3, decoder_layers=1)
-    assert drafter.config.max_draft_tokens == 3
