@@ -36,13 +36,14 @@ def test_yaml_values_and_overrides(config, form):
     assert args.max_steps == 7 and args.learning_rate == 0.01 and args.verifier_name_or_path == "v"
 
 
-def test_dict_field_from_the_command_line(config):
+def test_dict_field_from_the_command_line(config, capsys):
     (args,) = parse_yaml_and_cli(
         [DrafterTrainingArguments], ["--config", str(config), "--drafter_config", '{"decoder_layers": 1}']
     )
     assert args.drafter_config == {"decoder_layers": 1}
     with pytest.raises(SystemExit):
         parse_yaml_and_cli([DrafterTrainingArguments], ["--config", str(config), "--drafter_config", "[1, 2]"])
+    assert "--drafter_config" in (err := capsys.readouterr().err) and "must be a mapping, got '[1, 2]'" in err
 
 
 def test_bad_config_arguments(config, tmp_path, capsys):
@@ -116,6 +117,9 @@ def test_training_yaml_values_of_the_wrong_type_name_key_file_and_value(tmp_path
         ({"strategies": ["greedy", 3]}, r"`strategies` must be a list of strings, got \[greedy, 3\] .*item 1 \(3\)"),
         ({"sweep_batch_sizes": [1, 2.5]}, r"`sweep_batch_sizes` must be a list of integers.*item 1 \(2\.5\)"),
         ({"max_new_tokens": 2.5}, r"`max_new_tokens` must be an integer, got 2\.5"),
+        ({"batch_size": True}, r"`batch_size` must be an integer, got true \(bool\)"),
+        ({"limit": "ten"}, r"`limit` must be an integer, got 'ten' \(str\)\.$"),
+        ({"dtype": 16}, r"`dtype` must be a string, got 16 \(int\): quote it in YAML: unquoted digits are read"),
         ({"sweep": 1}, r"`sweep` must be true or false, got 1 \(int\)"),
         ({"data_files": 3}, r"`data_files` must be a list of strings \(or one string\) or a mapping, got 3"),
         ({"source_lang": "en", "target_lang": False}, r"`target_lang` must be a string, got false"),
@@ -138,9 +142,14 @@ def test_yaml_values_converted_as_the_command_line_would(tmp_path):
     assert (args.max_steps, args.warmup_steps) == (10_000, 1_000) and type(args.max_steps) is int
     assert args.learning_rate == 5e-4 and type(args.adam_beta1) is float and args.max_splits is None
     assert args.drafter_config == {"decoder_layers": 1}
-    evaluation = _write(tmp_path, {**_EVAL, "strategies": "greedy", "sweep_batch_sizes": 8}, "eval.yaml")
+    evaluation = _write(
+        tmp_path,
+        {**_EVAL, "strategies": "greedy", "sweep_batch_sizes": 8, "drafters": "d", "limit": 1000.0},
+        "eval.yaml",
+    )
     evaluation_args, _ = parse_evaluation_arguments(["--config", str(evaluation)])
     assert evaluation_args.strategies == ["greedy"] and evaluation_args.sweep_batch_sizes == [8]
+    assert evaluation_args.drafters == ["d"] and evaluation_args.limit == 1000 and type(evaluation_args.limit) is int
     for data_files, expected in (({"test": "a.jsonl"}, {"test": ["a.jsonl"]}), ("a.jsonl", ["a.jsonl"])):
         evaluation = _write(tmp_path, {**_EVAL, "data_files": data_files}, "eval.yaml")
         assert parse_evaluation_arguments(["--config", str(evaluation)])[1].data_files == expected
@@ -152,6 +161,34 @@ def test_command_line_values_follow_the_same_rules(config, capsys):
     assert "--max_steps" in (err := capsys.readouterr().err) and "must be an integer, got '2.5'" in err
     (args,) = parse_yaml_and_cli([DrafterTrainingArguments], ["--config", str(config), "--max_steps", "1e3"])
     assert args.max_steps == 1000
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--max_new_tokens", "2.5", "must be an integer, got '2.5'"),
+        ("--batch_size", "abc", "must be an integer, got 'abc'"),
+        ("--sweep", "maybe", "must be true or false, got 'maybe'"),
+    ],
+)
+def test_evaluation_command_line_values_follow_the_same_rules(option, value, message, capsys):
+    with pytest.raises(SystemExit):
+        parse_evaluation_arguments(["--verifier_name_or_path", "v", "--dataset_name", "wmt14", option, value])
+    assert option in (err := capsys.readouterr().err) and message in err
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"batch_size": 2.5}, r"`batch_size` must be an integer, got 2\.5 \(float\)"),
+        ({"num_beams": "two"}, r"`num_beams` must be an integer, got 'two' \(str\)"),
+        ({"dtype": "bf16"}, r"`dtype` must be one of \[.*'bfloat16'.*\], got 'bf16'"),
+    ],
+)
+def test_distillation_yaml_values_of_the_wrong_type(tmp_path, values, message):
+    config = _write(tmp_path, {"verifier": "v", "output_dir": "o", "dataset_name": "wmt14", **values})
+    with pytest.raises(ValueError, match=message):
+        distillation.parse_args(["--config", str(config)])
 
 
 def test_config_file_that_is_not_a_yaml_mapping(tmp_path):

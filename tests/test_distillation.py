@@ -244,6 +244,23 @@ def test_command_line(tmp_path, verifier, tokenizer, data_args):
     assert config["verifier"] == str(model_dir) and config["data"]["source_lang"] == "en"
 
 
+def test_command_line_names_a_missing_verifier_and_a_malformed_data_file(tmp_path, verifier, tokenizer, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a relative path of four parts: no Hub id either
+    broken = tmp_path / "distil_bad.jsonl"
+    broken.write_text("{oops}\n")
+    values = {"data_files": [f"train={broken}"], "source_lang": "en", "target_lang": "de", "output_dir": "out"}
+    values["cache_dir"] = str(tmp_path / "cache")
+    config = tmp_path / "distill.yaml"
+    config.write_text(yaml.safe_dump({**values, "verifier": "runs/demo/verifier/best"}))
+    with pytest.raises(FileNotFoundError, match=r"`verifier` 'runs/demo/verifier/best': no such directory"):
+        main(["--config", str(config)])
+    verifier.save_pretrained(tmp_path / "verifier")
+    tokenizer.save_pretrained(tmp_path / "verifier")
+    config.write_text(yaml.safe_dump({**values, "verifier": str(tmp_path / "verifier")}))
+    with pytest.raises(ValueError, match=rf"data file '{broken}', line 1: not valid JSON"):
+        main(["--config", str(config)])
+
+
 def test_damaged_distilled_dataset_names_its_directory(tmp_path):
     """Arrow said "Expected to be able to read 36016 bytes for message body, got 17604", naming nothing."""
     output_dir = tmp_path / "distilled"

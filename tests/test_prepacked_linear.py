@@ -12,7 +12,13 @@ import torch.nn.functional as F
 from conftest import build_verifier, make_source_batch
 from torch import nn
 
-from specdec_hf import PrepackedLinear, SpecDrafterModel, prepack_linear_layers, speculative_generate
+from specdec_hf import (
+    PrepackedLinear,
+    SpecDrafterModel,
+    enable_speculative_decoding,
+    prepack_linear_layers,
+    speculative_generate,
+)
 from specdec_hf import prepacked_linear as prepacked_linear_module
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this PyTorch build has no oneDNN")
@@ -161,6 +167,24 @@ def test_a_missing_or_failing_operator_falls_back_to_nn_linear_with_one_warning(
             for _ in range(2):
                 torch.testing.assert_close(model(inputs), expected)
     assert all(isinstance(layer, PrepackedLinear) and layer._packed is None for layer in model)
+
+
+def test_speculative_decoding_on_models_prepacked_without_the_operators_equals_greedy(monkeypatch, unprobed):
+    monkeypatch.setattr(prepacked_linear_module, "_resolve_onednn_operators", _missing_operator)
+    verifier = build_verifier("bart")
+    drafter = SpecDrafterModel.from_verifier(verifier, max_draft_tokens=4, decoder_layers=1).eval()
+    inputs = make_source_batch(4)
+    greedy = verifier.generate(**inputs, do_sample=False, max_new_tokens=12)
+    with pytest.warns(RuntimeWarning, match=r"oneDNN operators .* missing"):
+        prepack_linear_layers(verifier)
+    prepack_linear_layers(drafter)
+    output = enable_speculative_decoding(verifier).generate(
+        **inputs, drafter=drafter, do_sample=False, max_new_tokens=12
+    )
+    assert torch.equal(output, greedy)
+    assert all(
+        m._packed is None for model in (verifier, drafter) for m in model.modules() if isinstance(m, PrepackedLinear)
+    )
 
 
 def test_an_operator_failing_after_the_probe_falls_back_with_one_warning(monkeypatch, unprobed):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from conftest import build_word_tokenizer, load_repository_script
 from transformers import BartForConditionalGeneration, MarianMTModel, PreTrainedTokenizerFast
 
@@ -86,6 +87,29 @@ def test_evaluation_every_zero_steps_is_refused():
     script = load_script()
     with pytest.raises(ValueError, match="eval_every_steps must be at least 1"):
         script.parse_args(["--data_dir", "d", "--output_dir", "o", "--eval_every_steps", "0"])
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"encoder_layer_map": 0}, r"`encoder_layer_map` must be a string, got 0 \(int\): quote it in YAML"),
+        ({"dropout": "high"}, r"`dropout` must be a number, got 'high' \(str\)"),
+    ],
+)
+def test_config_values_of_the_wrong_type_are_named(tmp_path, values, message):
+    script = load_script()
+    config = tmp_path / "demo.yaml"
+    config.write_text(yaml.safe_dump({"data_dir": "d", "output_dir": "o", **values}))
+    with pytest.raises(ValueError, match=message):
+        script.parse_args(["--config", str(config)])
+
+
+def test_a_malformed_data_line_is_named_with_its_file_and_line(tmp_path):
+    script = load_script()
+    path = tmp_path / "demo_bad.jsonl"
+    path.write_text('{"translation": {"en": "a", "de": "b"}}\n{"translation"\n')
+    with pytest.raises(ValueError, match=r"demo_bad\.jsonl', line 2: not valid JSON"):
+        script.read_pairs(path)
 
 
 def test_label_smoothing_leaves_pad_out():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import pytest
 import torch
 import yaml
 from conftest import build_verifier, build_word_tokenizer
+from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 from transformers import AutoModel, AutoModelForSeq2SeqLM
 
@@ -78,6 +80,8 @@ def test_cli_with_yaml_config_saves_a_loadable_drafter(workspace):
     drafter = AutoModel.from_pretrained(output)
     assert isinstance(drafter, SpecDrafterModel) and SpecDrafterAdapter(drafter).num_draft_tokens == 4
     assert "Spec-Drafter" in (output / "README.md").read_text()
+    card = ModelCard.load(output / "README.md").data  # a local verifier is named in the text, not as base_model
+    assert card.base_model is None and card.eval_results is not None
 
 
 @pytest.mark.parametrize("group_by_length", [False, True])
@@ -277,3 +281,43 @@ def test_a_resume_that_would_change_the_data_order_or_lacks_a_file_stops(workspa
     state_file.write_text('{"step": 2}')
     with pytest.raises(ValueError, match="lacks the integer field\\(s\\) epoch, batches_in_epoch, micro_step"):
         train_drafter.main(resume)
+
+
+def test_train_data_that_cannot_train_is_refused(workspace, tmp_path):
+    """Not a distilled dataset, a damaged one, or too few rows to hold out the evaluation's samples."""
+    with pytest.raises(FileNotFoundError, match=rf"'{tmp_path}' is not a distilled dataset: run .*distillation"):
+        train_drafter.main(["--config", str(write_config(workspace, "not_distilled", train_data=str(tmp_path)))])
+    damaged = tmp_path / "damaged_distilled"
+    shutil.copytree(workspace / "distilled", damaged)
+    for arrow_file in damaged.glob("data-*.arrow"):
+        arrow_file.write_bytes(arrow_file.read_bytes()[: arrow_file.stat().st_size // 2])
+    with pytest.raises(OSError, match=rf"distilled dataset in '{damaged}' cannot be read"):
+        train_drafter.main(["--config", str(write_config(workspace, "damaged_data", train_data=str(damaged)))])
+    with pytest.raises(ValueError, match=r"train_data has 96 rows, too few to hold out `eval_samples=500`"):
+        train_drafter.main(["--config", str(write_config(workspace, "few_rows", eval_samples=500))])
+
+
+def test_resuming_without_a_complete_checkpoint_is_refused(workspace, tmp_path):
+    config = write_config(workspace, "never_saved")
+    with pytest.raises(FileNotFoundError, match=r"--resume_from_checkpoint latest: no complete checkpoint in"):
+        train_drafter.main(["--config", str(config), "--resume_from_checkpoint", "latest"])
+    with pytest.raises(
+        FileNotFoundError, match=rf"{tmp_path} is not a complete checkpoint \(no training_state.json\)"
+    ):
+        train_drafter.main(["--config", str(config), "--resume_from_checkpoint", str(tmp_path)])
+
+
+def test_every_split_point_needs_a_causal_prefix(workspace):
+    config = write_config(workspace, "bidirectional", split_points="all", drafter_config={"decoder_layers": 1})
+    with pytest.raises(ValueError, match=r"`split_points: all` needs a drafter with `prefix_attention: causal`"):
+        train_drafter.main(["--config", str(config)])
+
+
+def test_a_missing_model_directory_is_named_by_its_argument(workspace, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # relative paths of three parts: no Hub id either
+    config = write_config(workspace, "no_verifier", verifier_name_or_path="runs/old/verifier")
+    with pytest.raises(FileNotFoundError, match=r"`verifier_name_or_path` 'runs/old/verifier': no such directory"):
+        train_drafter.main(["--config", str(config)])
+    config = write_config(workspace, "no_drafter", drafter_config={})
+    with pytest.raises(FileNotFoundError, match=r"`drafter_name_or_path` 'runs/old/drafter': no such directory"):
+        train_drafter.main(["--config", str(config), "--drafter_name_or_path", "runs/old/drafter"])

@@ -282,6 +282,9 @@ def test_bad_files_raise_clear_errors(tmp_path, mt_rows):
         load(tmp_path, data_files=str(tmp_path / "pairs.txt"))
     with pytest.raises(IsADirectoryError, match=r"is a directory: name the files in it.*--data_dir"):
         load(tmp_path, data_files=str(tmp_path))
+    (tmp_path / "pairs.csv").write_text("source,target\na,b\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"the train files mix formats \['\.csv', '\.jsonl'\]; convert them to one"):
+        load(tmp_path, data_files=[path, str(tmp_path / "pairs.csv")])
 
 
 def test_malformed_json_lines_row_names_the_file_and_line(tmp_path, mt_rows):
@@ -298,6 +301,17 @@ def test_malformed_json_lines_row_names_the_file_and_line(tmp_path, mt_rows):
     latin1.write_bytes(json.dumps({"source": "Größe", "target": "size"}, ensure_ascii=False).encode("latin-1"))
     with pytest.raises(ValueError, match=r"latin1\.jsonl'\] \[train\] is not UTF-8 text"):
         load(tmp_path, data_files=str(latin1))
+    gzipped = tmp_path / "broken.jsonl.gz"
+    with gzip.open(gzipped, "wt", encoding="utf-8") as handle:
+        handle.write(json.dumps(mt_rows[0]) + "\n{oops\n")
+    with pytest.raises(ValueError, match=rf"data file '{gzipped}', line 2: not valid JSON"):
+        load(tmp_path, data_files=str(gzipped), source_lang="en", target_lang="de")
+    document = tmp_path / "doc.json"  # one JSON document, not JSON Lines: its own line and column
+    document.write_text(json.dumps([mt_rows[0]]).rstrip("]") + ',\n {"translation": }]')
+    with pytest.raises(
+        ValueError, match=rf"data file '{document}', line 2, column \d+: not valid JSON \(Expecting value\)"
+    ):
+        load(tmp_path, data_files=str(document), source_lang="en", target_lang="de")
 
 
 @pytest.mark.parametrize("content", ["", "\n\n  \n"])

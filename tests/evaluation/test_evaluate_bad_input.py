@@ -6,6 +6,7 @@ import json
 import shutil
 
 import pytest
+import torch
 from eval_fixtures import FIXTURE
 
 from specdec_hf.evaluation import parse_evaluation_arguments, run_evaluation
@@ -56,10 +57,16 @@ def test_strategy_configuration_errors(base_argv, strategies, extra, message):
         evaluate(argv + ["--strategies", *strategies])
 
 
-@pytest.mark.parametrize("name", ["num_threads", "ct2_threads"])
-def test_thread_counts_must_be_positive(base_argv, name):
+@pytest.mark.parametrize("name", ["num_threads", "ct2_threads", "limit"])
+def test_counts_must_be_positive(base_argv, name):
     with pytest.raises(ValueError, match=f"`{name}` must be >= 1"):
         evaluate(base_argv + [f"--{name}", "0"])
+
+
+def test_cuda_device_without_cuda_is_refused(base_argv, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # also on a machine with a GPU
+    with pytest.raises(ValueError, match=r"device 'cuda' requested but CUDA is not available: use `--device cpu`"):
+        evaluate(base_argv + ["--device", "cuda"])
 
 
 def test_prepack_linear_needs_the_cpu_device(base_argv):
@@ -162,3 +169,21 @@ def test_truncated_drafter_weights_are_named(base_argv, eval_models, tmp_path):
     weights.write_bytes(weights.read_bytes()[:1000])
     with pytest.raises(OSError, match=rf"{weights} cannot be read \(SafetensorError.*truncated"):
         evaluate(replace_option(base_argv, "--drafters", str(damaged)))
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("--verifier_name_or_path", "runs/demo/no_verifier"),
+        ("--tokenizer_name_or_path", "tok/en/de"),
+        ("--assistant_model", "no/such/assistant"),
+    ],
+)
+def test_a_missing_model_directory_is_named_by_its_argument(base_argv, tmp_path, monkeypatch, option, value):
+    """Paths of three parts: no Hub id either, so the error comes at once, online or not."""
+    monkeypatch.chdir(tmp_path)
+    argv = replace_option(base_argv, option, value) if option in base_argv else [*base_argv, option, value]
+    if option == "--assistant_model":
+        argv += ["--strategies", "greedy", "assisted"]
+    with pytest.raises(FileNotFoundError, match=rf"`{option[2:]}` '{value}': no such directory \(relative to"):
+        evaluate(argv)

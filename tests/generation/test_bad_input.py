@@ -33,7 +33,9 @@ def _generate(model, inputs, **kwargs):
         (dict(beta=0), "`beta`"),
         (dict(beta=2.5), "`beta`"),
         (dict(tau=-1.0), "`tau`"),
+        (dict(beta=2, tau="x"), "`tau` must be a finite number >= 0 .*got 'x'"),
         (dict(num_draft_tokens=0), "`num_draft_tokens`"),
+        (dict(num_draft_tokens=2.5), "`num_draft_tokens` must be an integer >= 1 .*got 2.5"),
         (dict(block_size=4), "block_size"),  # the earlier name of num_draft_tokens is refused, not ignored
         (dict(num_beams=3), "num_beams"),
         (dict(do_sample=True, beta=2), "do_sample"),
@@ -90,6 +92,9 @@ def test_enabled_model_rejects_misplaced_arguments(bart, inputs):
         bart.generate(**inputs, drafter=RandomDrafter(VOCAB_SIZE), custom_generate=lambda *a, **k: None)
     with pytest.raises(ValueError, match="`num_draft_tokens` must be at most the drafter's 4"):
         bart.generate(**inputs, drafter=SpecDrafterModel.from_verifier(bart, max_draft_tokens=4), num_draft_tokens=20)
+    # a drafter's directory, not the drafter: refused, not taken for a model to load
+    with pytest.raises(ValueError, match=r"`drafter` \(str\) does not implement the drafting interface"):
+        bart.generate(**inputs, drafter="models/demo-en-de/drafter", max_new_tokens=3)
 
 
 def test_enabled_model_accepts_the_transformers_route_too(bart, inputs):

@@ -39,3 +39,11 @@ def test_an_own_encoder_drafter_names_the_input_that_replaced_the_source_ids(pai
     embeds = verifier.get_input_embeddings()(inputs["input_ids"])
     with pytest.raises(ValueError, match=r"given `inputs_embeds`: pass `input_ids` instead"):
         verifier.generate(inputs_embeds=embeds, attention_mask=inputs["attention_mask"], drafter=drafter, **GREEDY)
+
+
+def test_a_forced_decoder_prefix_matches_greedy(pair):
+    """The own-encoder drafter's first proposal continues a prefix of three tokens (`decoder_input_ids`)."""
+    verifier, drafter = pair
+    inputs = {**make_source_batch(1), "decoder_input_ids": torch.tensor([[2, 7, 9]])}
+    reference = verifier.generate(**inputs, **GREEDY)
+    assert torch.equal(verifier.generate(**inputs, drafter=drafter, **GREEDY), reference)

@@ -1,8 +1,8 @@
 """A custom drafter's faulty proposal is refused with an error naming the drafter, not a torch error deep inside.
 
-Ids outside the vocabulary or of a float dtype, `propose` returning something other than a `DraftProposal`, and
-`draft_logits` that sampling or confidence truncation cannot use; values are checked at every call, at once on the
-drafter's first call and with the iteration's outcome later (no host synchronisation of their own).
+Ids outside the vocabulary, of a float dtype or too few per row, `propose` returning something other than a
+`DraftProposal`, and `draft_logits` that sampling or confidence truncation cannot use. Values are checked at every
+call: at once on the drafter's first call, later with the iteration's outcome (no host synchronisation of their own).
 """
 
 from __future__ import annotations
@@ -43,6 +43,8 @@ class FaultyDrafter(OracleDrafter):
             ids = torch.full_like(ids, -1)
         elif self.fault == "ids_float":
             ids = ids.float()
+        elif self.fault == "ids_shape":
+            ids = ids[:, :-1]
         elif self.fault == "logits_nan":
             logits = torch.full_like(logits, float("nan"))
         elif self.fault == "logits_minus_inf":
@@ -72,6 +74,7 @@ def _speculative(model, inputs, drafter, **kwargs):
         ("ids_at_vocab", {}, r"draft_ids from 99 to 99, outside the verifier's vocabulary \[0, 99\)"),
         ("ids_negative", {}, r"draft_ids from -1 to -1, outside the verifier's vocabulary"),
         ("ids_float", {}, r"draft_ids of dtype torch.float32: token ids must be integers"),
+        ("ids_shape", {}, r"draft_ids of shape \(2, 3\); expected \(2, 4\) \(rows, num_draft_tokens\)"),
         ("none", {}, r"`propose` returned NoneType, not a `DraftProposal`"),
         ("logits_nan", {"do_sample": True}, r"draft_logits containing NaN"),
         ("logits_minus_inf", {"do_sample": True}, r"draft_logits that are `-inf` over the whole vocabulary"),
@@ -93,6 +96,7 @@ def test_faulty_proposals_name_the_drafter(bart, inputs, fault, kwargs, match):
         ("ids_negative", {}, r"draft_ids from -1 to -1, outside the verifier's vocabulary"),
         ("ids_negative", {"do_sample": True}, r"draft_ids from -1 to -1"),
         ("ids_negative", {"num_draft_tokens": "auto"}, r"draft_ids from -1 to -1"),
+        ("ids_shape", {}, r"draft_ids of shape \(\d, 3\); expected \(\d, 4\)"),
         ("logits_nan", {"do_sample": True}, r"draft_logits containing NaN"),
         ("logits_minus_inf", {"do_sample": True}, r"draft_logits that are `-inf` over the whole vocabulary"),
         ("logits_width", {"do_sample": True}, r"draft_logits of shape \(2, 4, 96\); expected \(2, 4, 99\)"),

@@ -4,12 +4,14 @@ outgrow the first allocation decode exactly as greedy."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from conftest import VOCAB_SIZE, build_verifier, make_source_batch
 from oracle_drafters import OracleDrafter, StateRecordingDrafter
 
-from specdec_hf import speculative_generate
+from specdec_hf import SpecDrafterModel, enable_speculative_decoding, speculative_generate
 from specdec_hf.generation import speculative_loop
 
 GREEDY = dict(do_sample=False, num_beams=1)
@@ -39,3 +41,22 @@ def test_rows_outgrowing_the_first_allocation_match_greedy(monkeypatch, drafter_
     reference = model.generate(**inputs, **GREEDY, max_new_tokens=40)
     drafter = drafter_class(reference, VOCAB_SIZE, 4, "half")
     assert torch.equal(_speculative(model, inputs, drafter, max_new_tokens=40), reference)
+
+
+def test_no_length_limit_gives_what_greedy_gives():
+    """Without `max_new_tokens`, generate()'s default of 20 new tokens; with `max_length=None` stated as well,
+    whatever plain greedy decoding does (transformers 5 fails adding None to the prompt length): the same."""
+    verifier = build_verifier("bart")
+    drafter = SpecDrafterModel.from_verifier(verifier, max_draft_tokens=4, decoder_layers=1)
+    inputs = make_source_batch(1)
+    reference = verifier.generate(**inputs, **GREEDY, max_new_tokens=None)
+    enable_speculative_decoding(verifier)
+    assert torch.equal(verifier.generate(**inputs, **GREEDY, max_new_tokens=None, drafter=drafter), reference)
+    no_limit = dict(max_new_tokens=None, max_length=None)
+    try:
+        reference = verifier.generate(**inputs, **GREEDY, **no_limit)
+    except TypeError as greedy_error:
+        with pytest.raises(TypeError, match=re.escape(str(greedy_error))):
+            verifier.generate(**inputs, **GREEDY, **no_limit, drafter=drafter)
+    else:
+        assert torch.equal(verifier.generate(**inputs, **GREEDY, **no_limit, drafter=drafter), reference)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, StopStringCriteria
 
 from specdec_hf import SpecDrafterModel, enable_speculative_decoding, speculative_generate
 
@@ -68,6 +68,23 @@ def test_stop_strings_stop_as_greedy(demo, batch_size, route, eos):
             custom_generate=speculative_generate,
             drafter=drafter,
         )
+    assert torch.equal(output, reference)
+
+
+@pytest.mark.parametrize("route", ["drafter", "custom_generate"])
+def test_a_stop_string_criteria_among_the_stopping_criteria_stops_as_greedy(demo, route):
+    """The way in that needs no tokenizer argument: `stopping_criteria=[StopStringCriteria(tokenizer, [...])]`."""
+    verifier, tokenizer, drafter = demo
+    inputs = tokenizer(SOURCES[:1], return_tensors="pt")
+    stop = {"stopping_criteria": [StopStringCriteria(tokenizer, [_stop_word(verifier, tokenizer, inputs)])]}
+    reference = verifier.generate(**inputs, **GREEDY, **stop)
+    assert reference.shape[1] < verifier.generate(**inputs, **GREEDY).shape[1]  # the stop string cut it short
+    if route == "drafter":
+        output = enable_speculative_decoding(copy.deepcopy(verifier)).generate(
+            **inputs, **GREEDY, **stop, drafter=drafter
+        )
+    else:
+        output = verifier.generate(**inputs, **GREEDY, **stop, custom_generate=speculative_generate, drafter=drafter)
     assert torch.equal(output, reference)
 
 
