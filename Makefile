@@ -60,4 +60,4 @@ style: setup
 	$(VENV)/bin/ruff format .
 
 benchmark: setup
-	$(PY) benchmarks/bench_iteration_split.py --threads 2
+	$(PY) benchmarks/bench_iteration_split.py --threads 2 --num_draft_tokens 2 --drafter_dtype float32 --repeats 5

@@ -57,7 +57,11 @@ def print_header(repeats: int) -> None:
         repeats (`int`): The interleaved runs each figure is the median of.
     """
     load = load_average()
-    print(f"command: python {shlex.join(sys.argv)}")
+    main = sys.modules["__main__"]
+    # a script run as a module (`python -m lab.<name>`) is rerun so, from the repository root
+    module = getattr(getattr(main, "__spec__", None), "name", None)
+    program = ["-m", module] if module else sys.argv[:1]
+    print(f"command: python {shlex.join([*program, *sys.argv[1:]])}")
     print(
         f"machine: {cpu_model()}, {os.cpu_count()} logical cores, load average "
         f"{'unknown' if load is None else f'{load:.2f}'} at start; {platform.platform()}"

@@ -99,7 +99,7 @@ def main() -> None:
     )
     print(
         f"drafts accepted: {sum(stats.accepted_tokens)}/{sum(stats.verified_tokens)} "
-        f"({100 * stats.acceptance_rate:.0f}%), by block position: {stats.accepted_at_position}"
+        f"({100 * stats.acceptance_rate:.0f}%), by draft position: {stats.accepted_at_position}"
     )
     print(f"wall time, batch {len(identical)}: greedy {greedy_time:.3f} s, speculative {speculative_time:.3f} s")
     if not bool(identical.all()):

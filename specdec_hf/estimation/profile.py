@@ -100,7 +100,7 @@ class AcceptanceProfile:
 
         Draft i is judged only in iterations that accepted drafts 1..i-1 and verified a draft at i (a row's length
         budget or a confidence threshold can stop verification earlier). The counters do not pair the two per
-        iteration, so `c_i` is estimated as `accepted[i] / min(accepted[i-1], drafted[i])`: exact when no iteration
+        iteration, so `c_i` is estimated as `accepted[i] / min(accepted[i-1], verified[i])`: exact when no iteration
         stopped short of k except by rejection or when the budget cut only iterations that accepted everything
         (the usual end of a sentence), an upper bound otherwise.
         """
@@ -131,6 +131,12 @@ class AcceptanceProfile:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as error:
             raise ValueError(f"--acceptance_from {path}: cannot read it as JSON ({error})") from None
+        written = [data, *((entry or {}).get("speculative") or {} for entry in data.get("strategies", {}).values())]
+        if any(isinstance(counters, dict) and "drafted_at_position" in counters for counters in written):
+            raise ValueError(
+                f"--acceptance_from {path}: written by an earlier version of specdec_hf (`drafted_at_position`, now "
+                "`verified_at_position`); run evaluate.py again to write it with this version's counters."
+            )
         if "accepted_at_position" in data:
             return cls.from_counts(data["accepted_at_position"], data["verified_at_position"], str(path))
         strategies = {

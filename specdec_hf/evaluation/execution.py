@@ -78,13 +78,13 @@ def _sum_speculative_stats(outputs: list) -> dict[str, Any]:
     stats = [output.speculative_stats for output in outputs]
     generated = sum(sum(s.generated_tokens) for s in stats)
     iterations = sum(sum(s.iterations) for s in stats)
-    drafted = sum(sum(s.verified_tokens) for s in stats)
+    verified = sum(sum(s.verified_tokens) for s in stats)
     accepted = sum(sum(s.accepted_tokens) for s in stats)
     width = max(len(s.accepted_at_position) for s in stats)
     accepted_at = [
         sum(s.accepted_at_position[i] for s in stats if i < len(s.accepted_at_position)) for i in range(width)
     ]
-    drafted_at = [
+    verified_at = [
         sum(s.verified_at_position[i] for s in stats if i < len(s.verified_at_position)) for i in range(width)
     ]
     return {
@@ -93,12 +93,12 @@ def _sum_speculative_stats(outputs: list) -> dict[str, Any]:
         "row_iterations": iterations,
         "verifier_calls": sum(s.verifier_calls for s in stats),
         "drafter_calls": sum(s.drafter_calls for s in stats),
-        "verified_tokens": drafted,
+        "verified_tokens": verified,
         "accepted_tokens": accepted,
-        "acceptance_rate": accepted / max(drafted, 1),
+        "acceptance_rate": accepted / max(verified, 1),
         "accepted_at_position": accepted_at,
-        "verified_at_position": drafted_at,
-        "acceptance_by_position": [a / d if d else None for a, d in zip(accepted_at, drafted_at, strict=True)],
+        "verified_at_position": verified_at,
+        "acceptance_by_position": [a / d if d else None for a, d in zip(accepted_at, verified_at, strict=True)],
     }
 
 

@@ -1,10 +1,10 @@
 """Speculative decoding inside ``generate()``: the `custom_generate` callable and the opt-in on one model instance.
 
-This module and `plain_decoding.py` (which calls `GenerationMixin._sample` for the calls decoded without drafting)
-read transformers' generation internals: the arguments `generate()` passes to a callable `custom_generate`, the
-`streamer` it keeps to itself, its prepared special-token tensors, its cache classes; a transformers upgrade is mostly
-a change here. The loop itself lives in `speculative_loop.py`, drafting with a `SpecDrafterModel` in
-`spec_drafter_adapter.py`, the acceptance rules in `specdec_hf.acceptance`.
+This module reads more of transformers' generation internals than any other: the arguments `generate()` passes to a
+callable `custom_generate`, the `streamer` it keeps to itself, its prepared special-token tensors and placeholders, its
+criteria and cache classes (docs/DESIGN.md, "Modules", lists every module that does, for a transformers upgrade). The
+loop itself lives in `speculative_loop.py`, drafting with a `SpecDrafterModel` in `spec_drafter_adapter.py`, the
+acceptance rules in `specdec_hf.acceptance`.
 """
 
 from __future__ import annotations
@@ -435,9 +435,8 @@ def _beam_search_refusal(num_beams: int, config_num_beams: int | None) -> str:
         f"Beam search (`num_beams={num_beams}`{origin}) does not run with a `drafter`. Pass `num_beams=1` and "
         "choose: `beta=1` (the default) gives exactly greedy decoding's output, faster. The setting meant for "
         "beam-search quality is the relaxed rule (`beta=5, tau=3, num_draft_tokens=8`) with a drafter distilled from "
-        "the verifier's beam outputs (`python -m specdec_hf.distillation --num_beams 5 ...`); it reaches beam "
-        "search's quality only where the drafter proposes beam search's own choices, and on the project's demo pair "
-        "it stays below greedy's (the README's 'Which setting for which goal' gives the figures). For beam quality "
+        "the verifier's beam outputs (`python -m specdec_hf.distillation --num_beams 5 ...`); on the project's demo "
+        "pair it was measured below greedy's BLEU (the README's 'Which setting for which goal'). For beam quality "
         "today, drop `drafter` and run plain beam search."
     )
 

@@ -13,6 +13,14 @@ from transformers import PretrainedConfig
 from transformers.activations import ACT2FN
 
 PREFIX_ATTENTION_TYPES = ("bidirectional", "causal")
+# names of drafter fields before they were unified (0.1.0, never published): refused with the name to use, so that a
+# drafter saved with them fails on loading rather than drafting without the weights they describe
+_RENAMED_FIELDS = {
+    "block_size": "max_draft_tokens",
+    "max_block_size": "max_draft_tokens",
+    "default_block_size": "num_draft_tokens",
+    "prefix_feature_layers": "verifier_state_layers",
+}
 POSITION_EMBEDDING_TYPES = ("learned", "sinusoidal")
 
 
@@ -184,6 +192,18 @@ class SpecDrafterConfig(PretrainedConfig):
     draft_vocab_size: int | None = None
 
     def __post_init__(self, **kwargs):
+        if kwargs.pop("draft_chain_dim", None) is not None:
+            raise ValueError(
+                "This drafter has a draft chain (`draft_chain_dim`), which specdec_hf no longer has: it cannot be "
+                "loaded by this version. Train a drafter without one."
+            )
+        renamed = sorted(set(kwargs) & set(_RENAMED_FIELDS))
+        if renamed:
+            raise ValueError(
+                "This drafter config uses names of an earlier version of specdec_hf: "
+                + ", ".join(f"`{name}` (now `{_RENAMED_FIELDS[name]}`)" for name in renamed)
+                + ". Rename them in its config.json (or the `drafter_config` given)."
+            )
         # a field of the wrong type (`"max_draft_tokens": "4"` in a hand-edited config.json) is named here, before it
         # meets a comparison or a tensor shape
         for name, annotation in type(self).__annotations__.items():

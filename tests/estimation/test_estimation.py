@@ -99,6 +99,12 @@ def test_profile_from_speculative_counters_and_results_json(tmp_path):
     assert AcceptanceProfile.from_file(tmp_path / "results.json").rates == profile.rates
     with pytest.raises(ValueError, match="no speculative strategy 'spec_k9'"):
         AcceptanceProfile.from_file(tmp_path / "results.json", strategy="spec_k9")
+    earlier = {
+        "strategies": {"spec_k3_b1_t0": {"speculative": {"accepted_at_position": [1], "drafted_at_position": [2]}}}
+    }
+    (tmp_path / "earlier.json").write_text(json.dumps(earlier))
+    with pytest.raises(ValueError, match="earlier.json: written by an earlier version.*run evaluate.py again"):
+        AcceptanceProfile.from_file(tmp_path / "earlier.json")
     (tmp_path / "other.json").write_text(json.dumps({"bleu": 3}))
     with pytest.raises(ValueError, match="other.json.*found none"):
         AcceptanceProfile.from_file(tmp_path / "other.json")

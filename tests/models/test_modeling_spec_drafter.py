@@ -136,3 +136,26 @@ def test_save_and_load_round_trip(tmp_path, overrides):
     for model in (loaded, auto_loaded):
         assert model.lm_head.weight is model.shared.weight
         torch.testing.assert_close(propose_fresh(model.eval(), source, prefix_ids, [3, 5]).draft_logits, expected)
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("prefix_feature_layers", [-1], "`prefix_feature_layers` \\(now `verifier_state_layers`\\)"),
+        ("block_size", 4, "`block_size` \\(now `max_draft_tokens`\\)"),
+        ("default_block_size", 2, "`default_block_size` \\(now `num_draft_tokens`\\)"),
+        ("draft_chain_dim", 16, "draft chain"),
+    ],
+)
+def test_a_drafter_saved_with_removed_fields_is_refused_on_loading(tmp_path, field, value, message):
+    # loading it quietly would drop the weights those fields describe (the feature projection, the chain)
+    tiny_drafter().save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, field: value}))
+    with pytest.raises(ValueError, match=message):
+        SpecDrafterModel.from_pretrained(tmp_path)
+
+
+def test_a_config_saved_without_a_chain_loads_and_forgets_the_field():
+    config = SpecDrafterConfig(vocab_size=VOCAB_SIZE, draft_chain_dim=None)
+    assert "draft_chain_dim" not in config.to_dict()

@@ -147,3 +147,16 @@ def test_from_verifier_rejects_unsupported_models():
         SpecDrafterModel.from_verifier(blenderbot)
     with pytest.raises(ValueError, match="decoder_layerz"):
         SpecDrafterModel.from_verifier(build_verifier("bart"), decoder_layerz=1)
+
+
+@pytest.mark.parametrize(
+    ("draft_vocab_ids", "match"),
+    [
+        ([1, 2, 500], r"`draft_vocab_ids` must lie in \[0, 99\) \(the vocabulary\)"),
+        ([-1, 2], r"`draft_vocab_ids` must lie in \[0, 99\)"),
+        ([1, 1, 2], "`draft_vocab_ids` must be distinct verifier ids"),
+    ],
+)
+def test_a_head_over_ids_outside_the_vocabulary_or_repeated_is_refused(draft_vocab_ids, match):
+    with pytest.raises(ValueError, match=match):
+        SpecDrafterModel.from_verifier(build_verifier("bart"), max_draft_tokens=4, draft_vocab_ids=draft_vocab_ids)

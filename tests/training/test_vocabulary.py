@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import build_verifier
 
-from specdec_hf import SpecDrafterModel
 from specdec_hf.training import frequent_token_ids, token_counts, token_coverage
 
 
@@ -19,16 +17,3 @@ def test_counts_skip_the_start_token_and_rank_by_frequency():
     assert token_coverage(counts, torch.tensor([1, 5])) == pytest.approx(6 / 8)
     with pytest.raises(ValueError, match="draft_vocab_size"):
         frequent_token_ids(counts, 10)
-
-
-@pytest.mark.parametrize(
-    ("draft_vocab_ids", "match"),
-    [
-        ([1, 2, 500], r"`draft_vocab_ids` must lie in \[0, 99\) \(the vocabulary\)"),
-        ([-1, 2], r"`draft_vocab_ids` must lie in \[0, 99\)"),
-        ([1, 1, 2], "`draft_vocab_ids` must be distinct verifier ids"),
-    ],
-)
-def test_a_head_over_ids_outside_the_vocabulary_or_repeated_is_refused(draft_vocab_ids, match):
-    with pytest.raises(ValueError, match=match):
-        SpecDrafterModel.from_verifier(build_verifier("bart"), max_draft_tokens=4, draft_vocab_ids=draft_vocab_ids)

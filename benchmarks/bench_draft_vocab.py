@@ -7,7 +7,7 @@ batch 1, β = 1 (identical output checked): Tok., the drafter's share of the tim
 `generate()`, all strategies timed interleaved in one process (rotating order, median of `--repeats` with range).
 Pick the size by the speed-up, the product of Tok. and the call's cost.
 
-    python -m lab.bench_draft_vocab --drafter runs/drafter_debian_en_de_eagle --sizes 1024 2048 4096 \
+    python benchmarks/bench_draft_vocab.py --drafter runs/drafter_debian_en_de_eagle --sizes 1024 2048 4096 \
         --data data/debian_en_de/validation.jsonl --limit 60 --threads 2
 """
 
@@ -17,9 +17,9 @@ import argparse
 import copy
 
 import torch
+from _common import print_header, read_sources, with_range
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from benchmarks._common import print_header, read_sources, with_range
 from specdec_hf import SpecDrafterModel, speculative_generate
 from specdec_hf.evaluation.interleaved import paired_speedups, time_interleaved
 
