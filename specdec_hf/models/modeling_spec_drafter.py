@@ -227,9 +227,9 @@ class SpecDrafterDecoder(nn.Module):
         slot_inputs = self.mask_embedding.expand(batch_size, num_slots, -1)
         if glance_mask is not None:
             slot_inputs = torch.where(glance_mask.unsqueeze(-1), glance_embeds, slot_inputs)
-        block_index = torch.arange(num_draft_tokens, device=device).repeat(split_lengths.shape[0])
-        slot_positions = split_lengths.repeat_interleave(num_draft_tokens) + block_index
-        slot_states = slot_inputs + self.block_query_embeddings(block_index) + self.embed_positions(slot_positions)
+        slot_index = torch.arange(num_draft_tokens, device=device).repeat(split_lengths.shape[0])
+        slot_positions = split_lengths.repeat_interleave(num_draft_tokens) + slot_index
+        slot_states = slot_inputs + self.block_query_embeddings(slot_index) + self.embed_positions(slot_positions)
         hidden_states = torch.cat([prefix_inputs, slot_states], dim=1)
         hidden_states = F.dropout(hidden_states, p=self.dropout, training=self.training)
         attention_mask = every_split_attention_mask(prefix_mask, split_lengths, num_draft_tokens)

@@ -1,7 +1,6 @@
 """Training the Spec-Drafter: examples, batching, checkpoints, evaluation; `train_drafter.py` drives them."""
 
 from .arguments import DrafterTrainingArguments
-from .block_examples import BlockExamples, choose_split_lengths, every_split_labels, sample_block_examples
 from .checkpointing import (
     check_checkpoint_files,
     check_data_order,
@@ -12,6 +11,7 @@ from .checkpointing import (
     save_checkpoint_atomically,
 )
 from .collator import DistilledBatchCollator
+from .draft_examples import DraftExamples, choose_split_lengths, every_split_labels, sample_draft_examples
 from .drafter_evaluation import evaluate_drafter
 from .glancing import glancing_targets
 from .in_memory import distill_greedy_outputs, fit_drafter_in_memory
@@ -22,7 +22,7 @@ from .output_dir import earlier_run_files, prepare_output_dir
 from .vocabulary import frequent_token_ids, token_counts, token_coverage
 
 __all__ = [
-    "BlockExamples",
+    "DraftExamples",
     "DistilledBatchCollator",
     "DrafterLossSettings",
     "DrafterTrainingArguments",
@@ -45,7 +45,7 @@ __all__ = [
     "load_checkpoint",
     "prepare_output_dir",
     "read_training_state",
-    "sample_block_examples",
+    "sample_draft_examples",
     "save_checkpoint_atomically",
     "token_counts",
     "token_coverage",

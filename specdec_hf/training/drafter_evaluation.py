@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 from ..generation import speculative_generate
-from .block_examples import sample_block_examples
 from .collator import DistilledBatchCollator
+from .draft_examples import sample_draft_examples
 from .loss import verifier_teacher_outputs
 
 __all__ = ["evaluate_drafter"]
@@ -62,7 +62,7 @@ def evaluate_drafter(
             generated += sum(output.speculative_stats.generated_tokens)
             iterations += sum(output.speculative_stats.iterations)
 
-            blocks = sample_block_examples(
+            blocks = sample_draft_examples(
                 batch["target_ids"].cpu(),
                 batch["target_lengths"].cpu(),
                 drafter.config.max_draft_tokens,

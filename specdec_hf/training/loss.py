@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .block_examples import choose_split_lengths, every_split_labels, sample_block_examples
+from .draft_examples import choose_split_lengths, every_split_labels, sample_draft_examples
 from .glancing import glancing_targets
 
 __all__ = ["DrafterLossSettings", "VerifierTeacherOutputs", "drafter_training_loss", "verifier_teacher_outputs"]
@@ -198,7 +198,7 @@ def drafter_training_loss(
         # the verifier's distribution over target position p sits at teacher position p - 1
         label_positions = split_lengths[:, None] + torch.arange(num_draft_tokens, device=device)  # (S, k)
     else:
-        blocks = sample_block_examples(
+        blocks = sample_draft_examples(
             batch["target_ids"].cpu(), batch["target_lengths"].cpu(), num_draft_tokens, pad, generator
         )
         labels = blocks.labels.to(device)

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["BlockExamples", "choose_split_lengths", "every_split_labels", "sample_block_examples"]
+__all__ = ["DraftExamples", "choose_split_lengths", "every_split_labels", "sample_draft_examples"]
 
 
 @dataclass
-class BlockExamples:
+class DraftExamples:
     """One batch of drafter inputs and labels.
 
     Args:
@@ -30,13 +30,13 @@ class BlockExamples:
     labels: torch.LongTensor
 
 
-def sample_block_examples(
+def sample_draft_examples(
     target_ids: torch.LongTensor,
     target_lengths: torch.LongTensor,
     num_draft_tokens: int,
     pad_token_id: int,
     generator: torch.Generator | None = None,
-) -> BlockExamples:
+) -> DraftExamples:
     """Split every target at a uniformly random point into a prefix and the k tokens that follow.
 
     Args:
@@ -49,7 +49,7 @@ def sample_block_examples(
         generator (`torch.Generator`, *optional*): For reproducible splits.
 
     Returns:
-        `BlockExamples`: prefixes of length in `[1, length - 1]` and their next-k labels.
+        `DraftExamples`: prefixes of length in `[1, length - 1]` and their next-k labels.
     """
     if (target_lengths < 2).any():
         raise ValueError("every target needs at least 2 tokens (the decoder start token and one token to predict)")
@@ -67,7 +67,7 @@ def sample_block_examples(
     in_range = label_positions < target_lengths.unsqueeze(1)
     labels = target_ids.gather(1, label_positions.clamp(max=target_ids.shape[1] - 1))
     labels = torch.where(in_range, labels, -100)
-    return BlockExamples(decoder_input_ids, prefix_mask.long(), labels)
+    return DraftExamples(decoder_input_ids, prefix_mask.long(), labels)
 
 
 def choose_split_lengths(

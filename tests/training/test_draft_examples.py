@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdec_hf.training import sample_block_examples
+from specdec_hf.training import sample_draft_examples
 
 
 def test_prefix_and_labels_reassemble_the_target():
@@ -13,7 +13,7 @@ def test_prefix_and_labels_reassemble_the_target():
     lengths = torch.tensor([6, 4])
     generator = torch.Generator().manual_seed(0)
     for _ in range(50):
-        batch = sample_block_examples(targets, lengths, num_draft_tokens=3, pad_token_id=1, generator=generator)
+        batch = sample_draft_examples(targets, lengths, num_draft_tokens=3, pad_token_id=1, generator=generator)
         for row in range(2):
             split = int(batch.decoder_attention_mask[row].sum())
             assert 1 <= split <= int(lengths[row]) - 1
@@ -29,7 +29,7 @@ def test_every_split_point_occurs():
     targets = torch.arange(10).unsqueeze(0)
     generator = torch.Generator().manual_seed(1)
     seen = {
-        int(sample_block_examples(targets, torch.tensor([10]), 2, 0, generator).decoder_attention_mask.sum())
+        int(sample_draft_examples(targets, torch.tensor([10]), 2, 0, generator).decoder_attention_mask.sum())
         for _ in range(300)
     }
     assert seen == set(range(1, 10))
@@ -37,4 +37,4 @@ def test_every_split_point_occurs():
 
 def test_too_short_target_is_rejected():
     with pytest.raises(ValueError, match="at least 2 tokens"):
-        sample_block_examples(torch.tensor([[2, 1]]), torch.tensor([1]), 2, 1)
+        sample_draft_examples(torch.tensor([[2, 1]]), torch.tensor([1]), 2, 1)
