@@ -375,8 +375,22 @@ CHECKS: dict[str, Callable[[Context], dict]] = {
 }
 
 
+def write_reports(results: dict, output_dir: Path) -> None:
+    """Write `gpu_check.json` and `gpu_check.md` with the checks run so far."""
+    (output_dir / "gpu_check.json").write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
+    lines = [f"# GPU check on {results['cuda'] or 'CPU (tiny models)'} (torch {results['torch']})", ""]
+    lines += ["| check | status | seconds | details |", "|---|---|---|---|"]
+    for name, entry in results["checks"].items():
+        details = {key: value for key, value in entry["details"].items() if key != "trace"}
+        lines.append(
+            f"| {name} | {entry['status']} | {entry['seconds']:.1f} | `{json.dumps(details, default=str)[:600]}` |"
+        )
+    (output_dir / "gpu_check.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
 def run_checks(device: torch.device, rows: int, output_dir: Path, only: list[str] | None = None) -> dict:
-    """Runs the checks (all, or `only`), writes `gpu_check.md` and `gpu_check.json`; returns the JSON data."""
+    """Runs the checks (all, or `only`), writes `gpu_check.md` and `gpu_check.json` after each (a run stopped by a
+    time limit keeps what it measured); returns the JSON data."""
     output_dir.mkdir(parents=True, exist_ok=True)
     results = {"device": str(device), "cuda": torch.cuda.get_device_name(device) if device.type == "cuda" else None}
     results["torch"], results["checks"] = torch.__version__, {}
@@ -396,15 +410,7 @@ def run_checks(device: torch.device, rows: int, output_dir: Path, only: list[str
                 )
             results["checks"][name] = {"status": status, "seconds": time.perf_counter() - start, "details": details}
             print(f"{name}: {status} ({time.perf_counter() - start:.1f} s)", flush=True)
-    (output_dir / "gpu_check.json").write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
-    lines = [f"# GPU check on {results['cuda'] or 'CPU (tiny models)'} (torch {results['torch']})", ""]
-    lines += ["| check | status | seconds | details |", "|---|---|---|---|"]
-    for name, entry in results["checks"].items():
-        details = {key: value for key, value in entry["details"].items() if key != "trace"}
-        lines.append(
-            f"| {name} | {entry['status']} | {entry['seconds']:.1f} | `{json.dumps(details, default=str)[:600]}` |"
-        )
-    (output_dir / "gpu_check.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+            write_reports(results, output_dir)
     return results
 
 

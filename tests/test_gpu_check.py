@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from conftest import load_repository_script
 
 
@@ -29,3 +30,18 @@ def test_cpu_mode_runs_every_check_and_writes_both_reports(tmp_path):
     host_syncs = results["checks"]["host_syncs"]["details"]
     assert host_syncs["greedy_batch4"]["project_max_per_iteration"] <= gpu_check.GREEDY_SYNC_BUDGET
     assert "| exactness | passed |" in (tmp_path / "gpu_check.md").read_text()
+
+
+def test_a_run_stopped_mid_way_keeps_the_reports_of_the_checks_done(tmp_path, monkeypatch):
+    # a device run ended by its time limit must still bring back what it measured
+    gpu_check = load_gpu_check()
+
+    def stopped(ctx):
+        raise SystemExit("time limit")
+
+    monkeypatch.setattr(gpu_check, "CHECKS", {"modes": gpu_check.CHECKS["modes"], "stopped": stopped})
+    with pytest.raises(SystemExit, match="time limit"):
+        gpu_check.run_checks(gpu_check.torch.device("cpu"), 4, tmp_path)
+    results = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert list(results["checks"]) == ["modes"] and results["checks"]["modes"]["status"] == "passed"
+    assert "| modes | passed |" in (tmp_path / "gpu_check.md").read_text()
