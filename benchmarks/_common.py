@@ -102,7 +102,8 @@ class TimedCall:
 
 
 def read_sources(path, tokenizer, limit: int, seed: int | None = None) -> list:
-    """Tokenised English sources (`translation.en`) of a JSON-lines file, one batch of one per row.
+    """Tokenised sources of a JSON-lines file, one batch of one per row: `translation.en` (the en→de pair's rows) or
+    `document` (the summarization pair's).
 
     Args:
         path: The file (e.g. `models/demo-en-de/heldout_test.jsonl`).
@@ -112,7 +113,16 @@ def read_sources(path, tokenizer, limit: int, seed: int | None = None) -> list:
     """
     examples = list(read_jsonl(path))  # a malformed line is reported with the file and line number
     rows = range(min(limit, len(examples))) if seed is None else sample_indices(len(examples), limit, seed)
-    return [tokenizer(examples[row]["translation"]["en"], return_tensors="pt") for row in rows]
+    return [tokenizer(_source_text(examples[row]), return_tensors="pt") for row in rows]
+
+
+def _source_text(example: dict) -> str:
+    """The source of a held-out row of either demo pair."""
+    if "translation" in example:
+        return example["translation"]["en"]
+    if "document" in example:
+        return example["document"]
+    raise ValueError(f"a row with neither `translation` nor `document`: keys {sorted(example)}")
 
 
 def add_demo_pair_arguments(parser, limit: int, num_draft_tokens: int) -> None:
@@ -126,7 +136,7 @@ def add_demo_pair_arguments(parser, limit: int, num_draft_tokens: int) -> None:
     parser.add_argument("--verifier", default="models/demo-en-de/verifier")
     parser.add_argument("--drafter", default="models/demo-en-de/drafter")
     parser.add_argument(
-        "--data", default="models/demo-en-de/heldout_test.jsonl", help="JSON lines with translation.en"
+        "--data", default="models/demo-en-de/heldout_test.jsonl", help="JSON lines with translation.en or document"
     )
     parser.add_argument("--limit", type=int, default=limit, help="Sentences (the first N rows).")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="The verifier's.")
