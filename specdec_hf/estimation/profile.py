@@ -131,7 +131,8 @@ class AcceptanceProfile:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as error:
             raise ValueError(f"--acceptance_from {path}: cannot read it as JSON ({error})") from None
-        written = [data, *((entry or {}).get("speculative") or {} for entry in data.get("strategies", {}).values())]
+        entries = data.get("strategies", {}).values()
+        written = [data, *(entry.get("speculative") for entry in entries if isinstance(entry, dict))]
         if any(isinstance(counters, dict) and "drafted_at_position" in counters for counters in written):
             raise ValueError(
                 f"--acceptance_from {path}: written by an earlier version of specdec_hf (`drafted_at_position`, now "

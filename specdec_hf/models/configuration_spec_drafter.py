@@ -13,6 +13,7 @@ from transformers import PretrainedConfig
 from transformers.activations import ACT2FN
 
 PREFIX_ATTENTION_TYPES = ("bidirectional", "causal")
+POSITION_EMBEDDING_TYPES = ("learned", "sinusoidal")
 # names of drafter fields before they were unified (0.1.0, never published): refused with the name to use, so that a
 # drafter saved with them fails on loading rather than drafting without the weights they describe
 _RENAMED_FIELDS = {
@@ -21,7 +22,6 @@ _RENAMED_FIELDS = {
     "default_block_size": "num_draft_tokens",
     "prefix_feature_layers": "verifier_state_layers",
 }
-POSITION_EMBEDDING_TYPES = ("learned", "sinusoidal")
 
 
 def _matches(value, annotation) -> bool:
