@@ -7,12 +7,16 @@ iteration; this module chooses it from two measured things:
 
 - **what an iteration costs** ([`IterationCostTable`]): a verifier forward over the uncached tokens and w drafts,
   timed once per process, verifier, batch width and device at the cache's real state (`calibrate`), plus what the
-  loop pays around it with and without a drafter call, read from the iterations' own wall time as decoding runs;
+  loop pays around it, read from the iterations' own wall time as decoding runs: without a drafter call, and with
+  one as a base and a cost per draft (the drafter's queries, the wider logits), the latter from pairs of
+  consecutive iterations whose k differs by one (every few drafting iterations run a k next to the best one);
 - **what the drafts are worth** ([`AcceptanceEstimate`]): how often the first i drafts were all accepted so far by
   this verifier and drafter under this rule (kept for the process, so that the next `generate()` starts informed).
 
 Each iteration takes the k that maximises expected tokens per second, ``(1 + Σ_{i<k} P(first i+1 accepted)) /
-cost(k)``; k = 0 costs a verifier step without a drafter call. While k = 0 wins, drafting is probed now and then at
+cost(k)``; k = 0 costs a verifier step without a drafter call. A calibrated forward alone is not enough: a draft more
+costs the loop more than it costs the verifier's forward, and the forward's own differences between adjacent widths
+are within a timing's noise, so without the measured cost per draft every draft looks free and the largest k wins. While k = 0 wins, drafting is probed now and then at
 the best k ≥ 1, with growing intervals, so that a drafter whose drafts start to pay is found again. The choice is a
 pure function of the cost table and the acceptance counts ([`choose_draft_length`]), so it is deterministic for
 given measurements; it never looks at the drafts being verified, so β=1 stays exactly greedy and speculative
@@ -31,6 +35,7 @@ output depends on k, can write another output. The measurements are per process 
 
 from __future__ import annotations
 
+import statistics
 import time
 import weakref
 from collections import deque
@@ -71,38 +76,39 @@ _FIRST_PROBE_INTERVAL = 8
 _MAX_PROBE_INTERVAL = 128
 # iterations of each kind whose cost beyond the verifier's forward is remembered
 _RECENT_ITERATIONS = 8
+# drafting iterations whose cost beyond the verifier's forward (with their k) is remembered, and cost-per-draft
+# readings (pairs of consecutive iterations one draft apart) kept for their median
+_RECENT_DRAFTING = 64
+_RECENT_PER_DRAFT = 256
+# every this-many-th drafting iteration runs a k one above or below the best one (alternately), so that what one
+# draft more or less costs stays measured
+_NEIGHBOUR_INTERVAL = 5
 # whole calls decoded without drafting before one probes it; the interval doubles after each such probe
 _FIRST_CALL_PROBE_INTERVAL = 2
 _MAX_CALL_PROBE_INTERVAL = 32
 
 
 def choose_draft_length(
-    verify_seconds: Sequence[float],
-    overheads: tuple[float, float],
-    acceptance: Sequence[float],
-    drafting: bool = False,
+    iteration_seconds: Sequence[float], acceptance: Sequence[float], drafting: bool = False
 ) -> int:
     """The draft length with the most expected tokens per second.
 
     Args:
-        verify_seconds (`Sequence[float]`): `verify_seconds[w]`, the verifier forward's time with w drafts (w = 0: a
-            plain step); its length bounds k.
-        overheads (`tuple[float, float]`): What an iteration costs besides the verifier's forward, without a drafter
-            call (k = 0) and with one (k > 0).
+        iteration_seconds (`Sequence[float]`): `iteration_seconds[k]`, what an iteration verifying k drafts costs in
+            all (k = 0: a plain step, no drafter call); its length bounds k.
         acceptance (`Sequence[float]`): `acceptance[i]`, the probability that the first i + 1 drafts are all
-            accepted; at least `len(verify_seconds) - 1` entries.
+            accepted; at least `len(iteration_seconds) - 1` entries.
         drafting (`bool`, *optional*, defaults to `False`): Choose among k ≥ 1 only (the k a probe of drafting runs
             at).
 
     Returns:
-        `int`: k in `[0, len(verify_seconds) - 1]`; the smallest of equally good ones.
+        `int`: k in `[0, len(iteration_seconds) - 1]`; the smallest of equally good ones.
     """
-    plain, with_drafter = overheads
-    best_k, best_rate = 0, 0.0 if drafting else 1.0 / (verify_seconds[0] + plain)
+    best_k, best_rate = 0, 0.0 if drafting else 1.0 / iteration_seconds[0]
     expected = 1.0
-    for k in range(1, len(verify_seconds)):
+    for k in range(1, len(iteration_seconds)):
         expected += acceptance[k - 1]
-        rate = expected / (verify_seconds[k] + with_drafter)
+        rate = expected / iteration_seconds[k]
         if rate > best_rate:
             best_k, best_rate = k, rate
     return best_k
@@ -153,15 +159,19 @@ class IterationCostTable:
 
     Args:
         verify_seconds (`list[float]`): The verifier forward's time with w drafts, w = 0..max k (`calibrate`).
-        plain_recent (`deque[float]`), drafting_recent (`deque[float]`): The latest iterations' times beyond their
-            verifier forward's calibrated time, without a drafter call (k = 0) and with one (the call included).
+        plain_recent (`deque[float]`): The latest plain iterations' (k = 0) times.
+        drafting_recent (`deque[tuple[int, float]]`): The latest drafting iterations' k and time (the drafter's
+            call included).
+        per_draft_recent (`deque[float]`): Readings of what one draft more costs an iteration: the difference in
+            time of two consecutive drafting iterations whose k differs by one.
         plain_call_steps (`deque[float]`): The time per step of the latest calls decoded plainly (transformers' own
             loop, `DraftLengthSchedule.drafts_this_call`).
     """
 
     verify_seconds: list[float]
     plain_recent: deque = field(default_factory=lambda: deque(maxlen=_RECENT_ITERATIONS))
-    drafting_recent: deque = field(default_factory=lambda: deque(maxlen=_RECENT_ITERATIONS))
+    drafting_recent: deque = field(default_factory=lambda: deque(maxlen=_RECENT_DRAFTING))
+    per_draft_recent: deque = field(default_factory=lambda: deque(maxlen=_RECENT_PER_DRAFT))
     plain_call_steps: deque = field(default_factory=lambda: deque(maxlen=_RECENT_ITERATIONS))
 
     @property
@@ -172,25 +182,56 @@ class IterationCostTable:
         return self.verify_seconds[0] if measured is None else measured
 
     @property
-    def overheads(self) -> tuple[float, float]:
-        """What an iteration costs beyond its verifier forward's calibrated time, without and with a drafter call:
-        the lower quartile of the recent ones (a slow moment or an iteration that drops finished rows only ever adds
-        time; with few readings, the least). It may be negative: an iteration on a short cache can take less than
-        the calibration's forward, and the comparison of the two kinds must then see the iteration's real cost.
-        Unseen, a plain step costs its forward alone, and a drafting iteration what a plain one does beyond its
-        forward: both optimistic, so that each kind gets tried."""
-        plain = _lower_quartile(self.plain_recent)
-        drafting = _lower_quartile(self.drafting_recent)
-        if plain is None:
-            plain = 0.0
-        if drafting is None:
-            drafting = plain
-        return plain, drafting
+    def per_draft(self) -> float:
+        """What a draft more costs an iteration: the median of the paired readings, never below what it costs the
+        verifier's forward (the least-squares slope of the calibrated widths: the drafter's queries and the loop's
+        wider logits only add to it), which is also the estimate before any reading."""
+        forward = max(_slope(self.verify_seconds), 0.0)
+        if not self.per_draft_recent:
+            return forward
+        return max(statistics.median(self.per_draft_recent), forward)
 
-    def observe(self, k: int, seconds: float) -> None:
-        """Record one timed iteration that verified `k` drafts."""
-        overhead = seconds - self.verify_seconds[min(k, len(self.verify_seconds) - 1)]
-        (self.drafting_recent if k > 0 else self.plain_recent).append(overhead)
+    def iteration_seconds(self, width: int | None = None) -> list[float]:
+        """What an iteration verifying k drafts costs, k = 0..`width` (default: the largest k of the table).
+
+        A plain iteration costs the lower quartile of the recent plain ones (a slow moment or an iteration that drops
+        finished rows only ever adds time; with few readings, the least); a drafting one a base plus `per_draft` per
+        draft, the base the lower quartile of the recent drafting iterations' times less their drafts'. Unseen, a
+        plain iteration costs the calibrated forward alone, and a drafting iteration's base what a plain one costs:
+        both optimistic, so that each kind gets tried.
+        """
+        width = len(self.verify_seconds) - 1 if width is None else width
+        plain = _lower_quartile(self.plain_recent)
+        plain = self.verify_seconds[0] if plain is None else plain
+        per_draft = self.per_draft
+        base = _lower_quartile([seconds - per_draft * k for k, seconds in self.drafting_recent])
+        base = plain if base is None else base
+        return [plain] + [base + per_draft * k for k in range(1, width + 1)]
+
+    def observe(self, k: int, seconds: float, previous: tuple[int, float] | None = None) -> tuple[int, float] | None:
+        """Record one timed iteration that verified `k` drafts, and, with the `previous` drafting iteration's
+        `(k, seconds)` (the one just before it) when the two k differ by one, a reading of what a draft costs.
+
+        Returns:
+            `(k, seconds)` of this iteration for the next one's reading, `None` for a plain one.
+        """
+        if k == 0:
+            self.plain_recent.append(seconds)
+            return None
+        self.drafting_recent.append((k, seconds))
+        if previous is not None and abs(previous[0] - k) == 1:
+            self.per_draft_recent.append((seconds - previous[1]) / (k - previous[0]))
+        return k, seconds
+
+
+def _slope(values: Sequence[float]) -> float:
+    """The least-squares slope of `values` against their index (0 for fewer than two)."""
+    count = len(values)
+    if count < 2:
+        return 0.0
+    mean_index, mean_value = (count - 1) / 2, sum(values) / count
+    covariance = sum((index - mean_index) * (value - mean_value) for index, value in enumerate(values))
+    return covariance / sum((index - mean_index) ** 2 for index in range(count))
 
 
 def _lower_quartile(values: Sequence[float]) -> float | None:
@@ -254,6 +295,9 @@ class DraftLengthSchedule:
         self._started: float | None = None
         self._first_iteration = True
         self._k = 0
+        # this call's drafting iterations so far, and the last one's verified width and overhead (paired readings)
+        self._drafting_iterations = 0
+        self._previous: tuple[int, float] | None = None
 
     def _table_key(self, rows: int) -> tuple:
         return (_rows_bucket(rows), str(self.device), self.max_draft_tokens)
@@ -272,8 +316,8 @@ class DraftLengthSchedule:
         self._table = table
         acceptance = self.acceptance.probabilities(len(table.verify_seconds) - 1)
         plain_calls = self._plain_calls.setdefault(_rows_bucket(rows), PlainCalls())
-        costs = [table.plain_step, *table.verify_seconds[1:]]
-        if choose_draft_length(costs, (0.0, table.overheads[1]), acceptance) > 0:
+        costs = [table.plain_step, *table.iteration_seconds()[1:]]
+        if choose_draft_length(costs, acceptance) > 0:
             plain_calls.since_probe, plain_calls.probe_interval = 0, _FIRST_CALL_PROBE_INTERVAL
             return True
         if plain_calls.since_probe >= plain_calls.probe_interval:
@@ -316,14 +360,17 @@ class DraftLengthSchedule:
         self._table = self.table_for(rows, measure)
         table = self._table
         width = min(limit, self.max_draft_tokens)
-        verify_seconds, overheads = table.verify_seconds[: width + 1], table.overheads
+        costs = table.iteration_seconds(width)
         acceptance = self.acceptance.probabilities(width)
-        k = choose_draft_length(verify_seconds, overheads, acceptance)
+        k = choose_draft_length(costs, acceptance)
         self._probing = k == 0 and self._plain_streak >= self._probe_interval
         if self._probing:  # the best k if drafting were on: what it is worth is read at the k it would run at
-            k = choose_draft_length(verify_seconds, (overheads[1], overheads[1]), acceptance, drafting=True)
+            k = choose_draft_length(costs, acceptance, drafting=True)
         elif k > 0:  # drafting pays again: probe early the next time it stops paying
             self._probe_interval = _FIRST_PROBE_INTERVAL
+        if k > 0:
+            self._drafting_iterations += 1
+            k = _neighbour_now_and_then(k, width, self._drafting_iterations)
         self._k = k
         synchronize(self.device)
         self._started = _clock()
@@ -341,7 +388,7 @@ class DraftLengthSchedule:
         """
         seconds = _clock() - self._started
         if not self._first_iteration:  # the first forward of a call also projects the source for cross-attention
-            self._table.observe(verified_width, seconds)
+            self._previous = self._table.observe(verified_width, seconds, self._previous if self._k > 0 else None)
         self._first_iteration = False
         self.acceptance.update(self._k, accepted)
         if self._k > 0:
@@ -350,6 +397,18 @@ class DraftLengthSchedule:
             self._plain_streak = 0
         else:
             self._plain_streak += 1
+
+
+def _neighbour_now_and_then(k: int, width: int, drafting_iterations: int) -> int:
+    """`k`, except every `_NEIGHBOUR_INTERVAL`-th drafting iteration of a call, which runs a k one above or one below
+    it (alternately; the other where one is out of `[1, width]`), so that what a draft costs is read from pairs of
+    consecutive iterations on every machine and drafter."""
+    if drafting_iterations % _NEIGHBOUR_INTERVAL or width < 2:
+        return k
+    step = 1 if (drafting_iterations // _NEIGHBOUR_INTERVAL) % 2 else -1
+    if not 1 <= k + step <= width:
+        step = -step
+    return k + step
 
 
 def time_forward(forward: Callable[[], None], device: torch.device) -> float:

@@ -70,23 +70,67 @@ def _generate_auto(model, inputs, drafter, **kwargs):
 
 
 def test_a_free_verification_of_sure_drafts_takes_the_largest_k():
-    assert choose_draft_length([1.0] * 5, (0.0, 0.0), [1.0] * 4) == 4
+    assert choose_draft_length([1.0] * 5, [1.0] * 4) == 4
 
 
 def test_drafts_never_accepted_take_a_plain_step():
-    assert choose_draft_length([1.0, 1.0, 1.0], (0.0, 0.1), [0.0, 0.0]) == 0
+    assert choose_draft_length([1.0, 1.1, 1.1], [0.0, 0.0]) == 0
 
 
 def test_the_choice_weighs_tokens_against_seconds():
     # k=1: 1.5 tokens / 1.2 s = 1.25; k=2: 1.75 / 1.6 = 1.09; k=0: 1 / 1.0
-    assert choose_draft_length([1.0, 1.1, 1.5], (0.0, 0.1), [0.5, 0.25]) == 1
+    assert choose_draft_length([1.0, 1.2, 1.6], [0.5, 0.25]) == 1
     # the drafter's call costs more than the drafts bring: a plain step
-    assert choose_draft_length([1.0, 1.1, 1.5], (0.0, 0.6), [0.5, 0.25]) == 0
+    assert choose_draft_length([1.0, 1.7, 2.1], [0.5, 0.25]) == 0
+    # a probe of drafting takes the best k >= 1 even so
+    assert choose_draft_length([1.0, 1.7, 2.1], [0.5, 0.25], drafting=True) == 1
 
 
 def test_the_choice_is_deterministic_and_takes_the_smallest_of_ties():
     costs, acceptance = [1.0, 2.0, 3.0], [1.0, 1.0]  # every k gives one token per second
-    assert {choose_draft_length(costs, (0.0, 0.0), acceptance) for _ in range(5)} == {0}
+    assert {choose_draft_length(costs, acceptance) for _ in range(5)} == {0}
+
+
+def test_an_iteration_costs_a_base_and_a_cost_per_draft():
+    table = IterationCostTable([1.0, 1.0, 1.0, 1.0])
+    table.plain_recent.extend([1.2, 1.3])
+    # unseen drafting: the forward's own cost per draft (flat here: 0), the base what a plain iteration costs
+    assert table.iteration_seconds() == pytest.approx([1.2, 1.2, 1.2, 1.2])
+    previous = table.observe(2, 1.5)
+    assert previous == (2, 1.5)
+    previous = table.observe(3, 1.7, previous)  # one draft more: 0.2 more
+    table.observe(2, 1.5, previous)  # one draft less: 0.2 less
+    assert table.per_draft == pytest.approx(0.2)
+    # base: the lower quartile of the drafting iterations' times less their drafts' (1.5 - 2 * 0.2 = 1.1)
+    assert table.iteration_seconds() == pytest.approx([1.2, 1.3, 1.5, 1.7])
+    assert table.iteration_seconds(1) == pytest.approx([1.2, 1.3])
+
+
+def test_the_cost_per_draft_is_read_only_from_consecutive_iterations_one_draft_apart():
+    table = IterationCostTable([1.0, 1.5, 2.0, 2.5])
+    assert table.per_draft == pytest.approx(0.5)  # before any reading: the forward's own cost per draft
+    previous = table.observe(1, 2.0)
+    previous = table.observe(3, 4.0, previous)  # two drafts apart: no reading
+    assert not table.per_draft_recent
+    assert table.observe(0, 1.5, previous) is None  # a plain iteration ends the pair
+    previous = table.observe(2, 2.0, None)
+    table.observe(1, 2.5, previous)  # one draft less cost more: a reading below the forward's own cost per draft
+    assert list(table.per_draft_recent) == pytest.approx([-0.5])
+    assert table.per_draft == pytest.approx(0.5)  # never below what a draft costs the verifier's forward
+    flat = IterationCostTable([1.0, 1.0, 1.0])
+    flat.per_draft_recent.extend([0.3, 0.2, 0.4, 5.0])  # a slow moment in one reading: the median holds
+    assert flat.per_draft == pytest.approx(0.35)
+
+
+def test_every_few_drafting_iterations_run_a_neighbouring_k():
+    neighbour = draft_length._neighbour_now_and_then
+    interval = draft_length._NEIGHBOUR_INTERVAL
+    choices = [neighbour(3, 8, iteration) for iteration in range(1, 4 * interval + 1)]
+    assert choices.count(3) == 4 * interval - 4
+    assert sorted(choices[interval - 1 :: interval]) == [2, 2, 4, 4]  # above and below, alternately
+    assert {neighbour(1, 8, iteration) for iteration in range(1, 4 * interval + 1)} == {1, 2}  # never k = 0
+    assert {neighbour(8, 8, iteration) for iteration in range(1, 4 * interval + 1)} == {7, 8}  # never above the width
+    assert {neighbour(1, 1, iteration) for iteration in range(1, 4 * interval + 1)} == {1}
 
 
 def test_costs_are_made_non_decreasing_in_the_width():
@@ -134,8 +178,8 @@ def test_a_useless_drafter_is_probed_less_and_less_often():
         choices.append(k)
         schedule.observe(k, [0])
         # pin the costs the timing would read
-        table.plain_recent.clear(), table.drafting_recent.clear()
-        table.plain_recent.append(0.0), table.drafting_recent.append(0.5)
+        table.plain_recent.clear(), table.drafting_recent.clear(), table.per_draft_recent.clear()
+        table.plain_recent.append(1.0), table.drafting_recent.append((1, 1.5))
     probes = [index for index, k in enumerate(choices) if k > 0]
     gaps = [later - earlier for earlier, later in zip(probes, probes[1:], strict=False)]
     assert choices[-20:].count(0) >= 19
@@ -204,7 +248,7 @@ def test_a_call_decides_from_the_tables_and_counts_of_its_width():
     assert schedule.drafts_this_call(1)  # no table for this width yet: the loop measures it
     table = IterationCostTable([1.0, 1.1, 1.2])
     schedule._tables[(1, "cpu", 2)] = table
-    table.drafting_recent.append(0.5)
+    table.drafting_recent.append((1, 1.6))
     schedule.acceptance.update(2, [0] * 50)  # drafts never accepted: no k beats a plain forward of 1.0
     decisions = [schedule.drafts_this_call(1) for _ in range(12)]
     assert decisions == [False, False, True, False, False, False, False, True] + [False] * 4
@@ -252,9 +296,8 @@ def test_every_k_in_turn_with_a_state_reading_drafter_and_finishing_rows_equals_
         model, max_draft_tokens=4, decoder_layers=1, prefix_attention="causal", verifier_state_layers=[1, -1]
     ).eval()
     cycle = iter(range(10**6))
-    monkeypatch.setattr(
-        draft_length, "choose_draft_length", lambda verify_seconds, *args, **kwargs: next(cycle) % len(verify_seconds)
-    )
+    monkeypatch.setattr(draft_length, "choose_draft_length", lambda costs, *args, **kwargs: next(cycle) % len(costs))
+    monkeypatch.setattr(draft_length, "_neighbour_now_and_then", lambda k, width, iteration: k)
     output = _generate_auto(model, inputs, drafter, max_new_tokens=16)
     assert torch.equal(output.sequences, reference)
     assert len(set(lengths.tolist())) > 1  # rows finished at different steps
@@ -300,7 +343,7 @@ def test_plain_calls_are_compared_at_the_cost_they_were_measured_at():
     schedule = DraftLengthSchedule(object, None, 2, (1, 0.0, False), torch.device("cpu"))
     table = IterationCostTable([1.0, 1.5, 2.0])
     schedule._tables[(1, "cpu", 2)] = table
-    table.drafting_recent.append(0.5)
+    table.drafting_recent.append((1, 2.0))  # with the forward's 0.5 per draft: k=1 2.0, k=2 2.5
     schedule.acceptance.update(2, [1] * 40)  # the first draft always accepted, the second never
     assert table.plain_step == 1.0 and not schedule.drafts_this_call(1)  # 2 tokens / 2.0 s is no better than 1 / 1.0
     table.plain_call_steps.extend([1.6, 1.5, 1.7])  # plain calls measured slower than the forward alone
