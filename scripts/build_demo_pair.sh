@@ -84,6 +84,6 @@ wait $assistant_pid
 phase runs/drafter_v2 3200 --config configs/train/debian_en_de_v2.yaml --lr_scheduler_type linear --num_threads 2
 phase runs/drafter_v2 8000 --config configs/train/debian_en_de_v2.yaml --lr_scheduler_type linear --num_threads 2
 $PY scripts/export_demo_pair.py --verifier runs/demo_verifier_v2/best --drafter runs/drafter_v2 \
-  --assistant runs/demo_assistant_v2/checkpoint-last --output_dir models/demo-en-de --num_draft_tokens 2 \
+  --assistant runs/demo_assistant_v2/checkpoint-last --output_dir models/demo-en-de --num_draft_tokens auto \
   --verifier_config configs/demo/verifier_v2_en_de.yaml --assistant_config configs/demo/assistant_v2_en_de.yaml \
   --drafter_config configs/train/debian_en_de_v2.yaml

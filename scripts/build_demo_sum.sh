@@ -31,4 +31,4 @@ if [ ! -f runs/drafter_debian_sum/model.safetensors ]; then
   $PY train_drafter.py --config configs/train/debian_sum.yaml --num_threads 1 $resume
 fi
 $PY scripts/export_demo_pair.py --task summarization --drafter runs/drafter_debian_sum --output_dir models/demo-sum \
-  --drafter_config configs/train/debian_sum.yaml --num_draft_tokens 2
+  --drafter_config configs/train/debian_sum.yaml --num_draft_tokens auto

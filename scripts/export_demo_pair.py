@@ -5,7 +5,7 @@
         --heldout data/debian_sum/test.jsonl --validation data/debian_sum/validation.jsonl   # the verifier alone
 
     python scripts/export_demo_pair.py --verifier runs/demo_verifier_v2/best --drafter runs/drafter_v2 \
-        --assistant runs/demo_assistant_v2/checkpoint-last --output_dir models/demo-en-de --num_draft_tokens 2 \
+        --assistant runs/demo_assistant_v2/checkpoint-last --output_dir models/demo-en-de --num_draft_tokens auto \
         --verifier_config configs/demo/verifier_v2_en_de.yaml --assistant_config configs/demo/assistant_v2_en_de.yaml
     python scripts/export_demo_pair.py --drafter runs/drafter_debian_en_de_stage2   # only a retrained drafter
 
@@ -29,6 +29,7 @@ from huggingface_hub import ModelCard
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from specdec_hf import SpecDrafterModel
+from specdec_hf.auto_draft_length import AUTO
 from specdec_hf.data.loading import sample_indices
 from specdec_hf.dtypes import TORCH_DTYPES
 from specdec_hf.training import drafter_card_data
@@ -171,20 +172,20 @@ def export_drafter(
     target: Path,
     dtype: torch.dtype,
     verifier_path: str,
-    num_draft_tokens: int | None = None,
+    num_draft_tokens: int | str | None = None,
     training_config: Path | None = None,
 ) -> None:
     """Save the drafter in `dtype`, pointing its config and card at the shipped verifier, with its training model card.
 
-    `num_draft_tokens` (the k generate() drafts when given none) is set when given, else kept as trained. A
+    `num_draft_tokens` (the k generate() drafts when given none, or "auto") is set when given, else kept as trained. A
     `training_config` (the YAML of `train_drafter.py`) is named in the card, with the drafter it continued if any."""
     drafter = SpecDrafterModel.from_pretrained(source, dtype=torch.float32)
     drafter.config.verifier_name_or_path = verifier_path
     if num_draft_tokens is not None:
-        if not 1 <= num_draft_tokens <= drafter.config.max_draft_tokens:
+        if num_draft_tokens != AUTO and not 1 <= num_draft_tokens <= drafter.config.max_draft_tokens:
             raise ValueError(
                 "--num_draft_tokens must be between 1 and the drafter's max_draft_tokens "
-                f"({drafter.config.max_draft_tokens}), got {num_draft_tokens}."
+                f"({drafter.config.max_draft_tokens}) or {AUTO!r}, got {num_draft_tokens}."
             )
         drafter.config.num_draft_tokens = num_draft_tokens
     drafter.to(dtype).save_pretrained(target, safe_serialization=True)
@@ -201,12 +202,14 @@ def export_drafter(
 
 # lines of the card `specdec_hf.training.write_model_card` writes
 CARD_HEADING = re.compile(r"^# Spec-Drafter for `(?P<verifier>[^`]+)`$", re.MULTILINE)
-CARD_DEFAULT_K = re.compile(r"\(\d+ unless `generate\(\)` gets another")
+CARD_DEFAULT_K = re.compile(r"\((\d+|a number chosen at every iteration) unless `generate\(\)` gets another")
 # the training data (`dataset_description` of the drafter's train_drafter.py config)
 CARD_DATA = re.compile(r"^- data: (?P<data>.+?)\s*$", re.MULTILINE)
 
 
-def redo_drafter_card_text(text: str, verifier_path: str, num_draft_tokens: int | None, recipe: str | None) -> str:
+def redo_drafter_card_text(
+    text: str, verifier_path: str, num_draft_tokens: int | str | None, recipe: str | None
+) -> str:
     """A drafter card's text for the shipped drafter: the verifier it names (a path of the training run, which means
     nothing in the repository) replaced by `verifier_path`, its default k set to `num_draft_tokens` when given, and
     a `- recipe:` line (replaced if there is one) when `recipe` is given; without one, a recipe line of an earlier
@@ -220,7 +223,8 @@ def redo_drafter_card_text(text: str, verifier_path: str, num_draft_tokens: int 
     trained_with = heading["verifier"]
     text = text.replace(f"`{trained_with}`", f"`{verifier_path}`").replace(f'"{trained_with}"', f'"{verifier_path}"')
     if num_draft_tokens is not None:
-        text = CARD_DEFAULT_K.sub(f"({num_draft_tokens} unless `generate()` gets another", text)
+        default_k = "a number chosen at every iteration" if num_draft_tokens == AUTO else num_draft_tokens
+        text = CARD_DEFAULT_K.sub(f"({default_k} unless `generate()` gets another", text)
     if recipe is not None:
         text = re.sub(r"\n- recipe: [^\n]*", "", text)
         text = text.replace("\n- data: ", f"\n- recipe: {recipe}\n- data: ", 1)
@@ -310,7 +314,10 @@ def main() -> None:
     parser.add_argument("--dtype", choices=sorted(TORCH_DTYPES), default="float16")
     parser.add_argument("--seed", type=int, default=0, help="The draw of the test slice.")
     parser.add_argument(
-        "--num_draft_tokens", type=int, default=None, help="The drafter's k when generate() is given none."
+        "--num_draft_tokens",
+        type=lambda text: text if text == AUTO else int(text),
+        default=None,
+        help="The drafter's k when generate() is given none: an integer, or 'auto' (chosen at every iteration).",
     )
     parser.add_argument("--test_results", type=str, default="", help="A line of measured test figures for the card.")
     args = parser.parse_args()

@@ -9,7 +9,8 @@ drafter, ...) are interchangeable.
 A drafter has these attributes and methods:
 
 - ``vocab_size``: size of the vocabulary its draft ids and scores index (must equal the verifier's).
-- ``num_draft_tokens``: its default number of drafted tokens per iteration (k).
+- ``num_draft_tokens``: its default number of drafted tokens per iteration (k), or ``"auto"``: chosen per
+  iteration as decoding runs (``specdec_hf.generation.draft_length``), up to ``max_draft_tokens``.
 - ``max_draft_tokens`` (default ``None``: no limit): the most tokens one ``propose`` call can draft.
 - ``max_positions`` (default ``None``: no limit): the longest prefix plus drafted tokens it can place (learned
   positions); the loop drafts fewer tokens near that limit, and none at it (the verifier then steps alone).
@@ -38,6 +39,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from .auto_draft_length import AUTO
 
 __all__ = ["DraftProposal", "Drafter", "softmax_at", "validate_drafter"]
 
@@ -102,7 +105,7 @@ class Drafter(ABC):
     `specdec_hf.generation.SpecDrafterAdapter`, which implements this contract for it."""
 
     vocab_size: int
-    num_draft_tokens: int
+    num_draft_tokens: int | str
     max_draft_tokens: int | None = None
     max_positions: int | None = None
     verifier_state_layers: list[int] | None = None
@@ -184,8 +187,8 @@ def _takes_verifier_states(propose) -> bool:
 def validate_drafter(drafter: Any, verifier_vocab_size: int) -> None:
     """Check that `drafter` implements the drafting contract and shares the verifier's vocabulary.
 
-    `vocab_size` and `num_draft_tokens` may be any integer type (`numpy.int64`, a 0-dim integer tensor); the loop
-    reads them as Python ints, and `max_positions` too (`None` or at least 2). A drafter written against the contract
+    `vocab_size` and `num_draft_tokens` may be any integer type (`numpy.int64`, a 0-dim integer tensor), and
+    `num_draft_tokens` also `"auto"`; the loop reads them as Python ints, and `max_positions` too (`None` or at least 2). A drafter written against the contract
     before `verifier_states` (a `propose` with four arguments) is refused with the change to make.
 
     Raises:
@@ -205,10 +208,11 @@ def validate_drafter(drafter: Any, verifier_vocab_size: int) -> None:
             "`verifier_state_layers` always receives None). See `specdec_hf.Drafter`."
         )
     vocab_size = _as_int(getattr(drafter, "vocab_size", None))
-    if vocab_size is None or _as_int(getattr(drafter, "num_draft_tokens", None)) is None:
+    num_draft_tokens = getattr(drafter, "num_draft_tokens", None)
+    if vocab_size is None or (num_draft_tokens != AUTO and _as_int(num_draft_tokens) is None):
         raise ValueError(
             f"`drafter` ({name}) does not implement the drafting interface: `vocab_size` and `num_draft_tokens` "
-            f"must be integer attributes (got {getattr(drafter, 'vocab_size', None)!r} and "
+            f"must be integer attributes, `num_draft_tokens` possibly {AUTO!r} (got {getattr(drafter, 'vocab_size', None)!r} and "
             f"{getattr(drafter, 'num_draft_tokens', None)!r}). Pass a `SpecDrafterModel` or a subclass of "
             "`specdec_hf.Drafter`."
         )

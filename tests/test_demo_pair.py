@@ -59,8 +59,8 @@ def test_validation_slice_is_the_rows_the_tuning_config_draws():
 def test_beta_one_is_identical_to_greedy_on_held_out_sentences(pair):
     verifier, tokenizer, drafter = pair
     assert isinstance(drafter, SpecDrafterModel) and drafter.config.vocab_size == verifier.config.vocab_size
-    # generate()'s default k is the main job's (spec_k2_b1_t0), chosen on validation; 8 slots were trained
-    assert (drafter.config.num_draft_tokens, drafter.config.max_draft_tokens) == (2, 8)
+    # generate()'s default k is chosen as decoding runs (the main job's spec_kauto_b1_t0), up to the 8 slots trained
+    assert (drafter.config.num_draft_tokens, drafter.config.max_draft_tokens) == ("auto", 8)
     lines = (DEMO / "heldout_test.jsonl").read_text(encoding="utf-8").splitlines()[:6]
     sources = [json.loads(line)["translation"]["en"] for line in lines]
     inputs = tokenizer(sources, return_tensors="pt", padding=True)

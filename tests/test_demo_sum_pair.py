@@ -28,7 +28,7 @@ def test_shipped_files_and_the_drafters_default_k():
     for name in ("verifier", "drafter"):
         assert (DEMO / name / "model.safetensors").is_file() and (DEMO / name / "README.md").is_file()
     config = json.loads((DEMO / "drafter" / "config.json").read_text())
-    assert (config["num_draft_tokens"], config["max_draft_tokens"]) == (2, 8)
+    assert (config["num_draft_tokens"], config["max_draft_tokens"]) == ("auto", 8)
     assert config["verifier_name_or_path"] == "models/demo-sum/verifier"
 
 
@@ -42,6 +42,9 @@ def test_beta_one_equals_greedy_on_held_out_rows(pair, with_source_copy):
     for line in lines:
         inputs = tokenizer(json.loads(line)["document"], return_tensors="pt", truncation=True, max_length=320)
         reference = verifier.generate(**inputs, **GREEDY)
-        output = verifier.generate(**inputs, **GREEDY, drafter=drafter, return_dict_in_generate=True)
+        # a fixed k, so that every call drafts (the default, "auto", may decode a call plainly)
+        output = verifier.generate(
+            **inputs, **GREEDY, drafter=drafter, num_draft_tokens=2, return_dict_in_generate=True
+        )
         assert torch.equal(output.sequences, reference)
         assert output.speculative_stats.drafter_calls > 0

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from ..auto_draft_length import AUTO
 from ..drafting import Drafter, DraftProposal, validate_drafter
 from ..generation.spec_drafter_adapter import as_drafter
 
@@ -79,8 +80,8 @@ class SourceCopyDrafter(Drafter):
 
     Args:
         vocab_size (`int`): The verifier's vocabulary size.
-        num_draft_tokens (`int`, *optional*): Default k (tokens copied per iteration): the fallback's, or 8 without
-            one.
+        num_draft_tokens (`int` or `"auto"`, *optional*): Default k (tokens copied per iteration): the fallback's
+            (`"auto"` when it says so), or 8 without one.
         max_ngram_size (`int`, *optional*, defaults to 3): The longest n-gram of the prefix matched in the source.
         min_ngram_size (`int`, *optional*, defaults to 1): The shortest.
         fallback (`Drafter` or `SpecDrafterModel`, *optional*): Drafts the rows the source does not continue (a
@@ -97,14 +98,18 @@ class SourceCopyDrafter(Drafter):
     ):
         fallback = None if fallback is None else as_drafter(fallback)
         if num_draft_tokens is None:
-            num_draft_tokens = 8 if fallback is None else int(fallback.num_draft_tokens)
+            num_draft_tokens = 8 if fallback is None else fallback.num_draft_tokens
+            num_draft_tokens = num_draft_tokens if num_draft_tokens == AUTO else int(num_draft_tokens)
         for name, value in (
             ("num_draft_tokens", num_draft_tokens),
             ("max_ngram_size", max_ngram_size),
             ("min_ngram_size", min_ngram_size),
         ):
+            if name == "num_draft_tokens" and value == AUTO:
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"`{name}` must be an integer >= 1, got {value!r}.")
+                also = f" or {AUTO!r}" if name == "num_draft_tokens" else ""
+                raise ValueError(f"`{name}` must be an integer >= 1{also}, got {value!r}.")
         if min_ngram_size > max_ngram_size:
             raise ValueError(
                 f"`min_ngram_size` ({min_ngram_size}) must be at most `max_ngram_size` ({max_ngram_size})."
@@ -120,7 +125,7 @@ class SourceCopyDrafter(Drafter):
         self.max_draft_tokens = getattr(fallback, "max_draft_tokens", None)
         self.max_positions = getattr(fallback, "max_positions", None)
         self.verifier_state_layers = getattr(fallback, "verifier_state_layers", None)
-        if self.max_draft_tokens is not None and num_draft_tokens > self.max_draft_tokens:
+        if self.max_draft_tokens is not None and num_draft_tokens != AUTO and num_draft_tokens > self.max_draft_tokens:
             raise ValueError(
                 f"`num_draft_tokens` ({num_draft_tokens}) exceeds the fallback drafter's `max_draft_tokens` "
                 f"({self.max_draft_tokens}): lower it to at most {self.max_draft_tokens}."

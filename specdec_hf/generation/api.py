@@ -80,7 +80,8 @@ def speculative_generate(
         drafter (`Drafter`): A `SpecDrafterModel` (drafted with through `SpecDrafterAdapter`) or any object
             implementing `specdec_hf.Drafter`; required.
         num_draft_tokens (`int` or `"auto"`, *optional*): Drafted tokens per iteration (k); defaults to the drafter's
-            `num_draft_tokens` (for a `SpecDrafterModel`, `config.num_draft_tokens`, else `config.max_draft_tokens`).
+            `num_draft_tokens` (for a `SpecDrafterModel`, `config.num_draft_tokens`, else `config.max_draft_tokens`;
+            the demo drafters and those `train_drafter.py` saves say `"auto"`).
             `"auto"` chooses k at every iteration, from 0 (a plain verifier step, no drafter call) to the drafter's
             `max_draft_tokens` (its `num_draft_tokens` when it sets no limit), by what verifying k drafts costs on
             this machine (timed once per process, verifier and batch width) and how often drafts were accepted so
@@ -143,8 +144,10 @@ def speculative_generate(
         user_drafter = drafter
         drafter = as_drafter(drafter)
         validate_drafter(drafter, vocab_size)
-        # validate_drafter accepts any integer type (numpy, a 0-dim tensor): the loop computes with a Python int
-        num_draft_tokens = operator.index(drafter.num_draft_tokens) if num_draft_tokens is None else num_draft_tokens
+        if num_draft_tokens is None:  # the drafter's default, "auto" or any integer type (a Python int below)
+            num_draft_tokens = drafter.num_draft_tokens
+            if num_draft_tokens != AUTO:
+                num_draft_tokens = operator.index(num_draft_tokens)
         if isinstance(num_draft_tokens, str) and num_draft_tokens != AUTO:
             raise ValueError(
                 f"`num_draft_tokens` must be an integer >= 1 (tokens drafted per iteration) or {AUTO!r} (chosen as "

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..auto_draft_length import AUTO
 from ..device_sync import synchronize
 
 __all__ = [
@@ -61,9 +62,6 @@ __all__ = [
 
 # the clock of every timing here (a module attribute, so that tests can give a clock of their own)
 _clock = time.perf_counter
-
-# the value of `num_draft_tokens` that asks for a k chosen as decoding runs
-AUTO = "auto"
 
 # prior of P(first i+1 drafts accepted) before any iteration was seen: optimistic enough that a drafter is tried
 _PRIOR_FIRST = 0.6

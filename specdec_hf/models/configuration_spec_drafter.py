@@ -12,6 +12,8 @@ from typing import Any
 from transformers import PretrainedConfig
 from transformers.activations import ACT2FN
 
+from ..auto_draft_length import AUTO
+
 PREFIX_ATTENTION_TYPES = ("bidirectional", "causal")
 POSITION_EMBEDDING_TYPES = ("learned", "sinusoidal")
 # names of drafter fields before they were unified (0.1.0, never published): refused with the name to use, so that a
@@ -92,10 +94,12 @@ class SpecDrafterConfig(PretrainedConfig):
         max_draft_tokens (`int`, *optional*, defaults to 10):
             Number of mask slots, each with its own learned query: the most tokens one call can draft (the largest
             k), and the k it is trained with.
-        num_draft_tokens (`int`, *optional*):
-            The k `generate()` drafts when given no `num_draft_tokens`, at most `max_draft_tokens`. A drafter trained
-            with many slots often pays best drafting fewer (later drafts are rarely accepted, and each costs
-            verification): set it to the k measured fastest. `None` (default) means `max_draft_tokens`.
+        num_draft_tokens (`int` or `str`, *optional*):
+            The k `generate()` drafts when given no `num_draft_tokens`, at most `max_draft_tokens`, or `"auto"`: k
+            chosen at every iteration from this machine's timings and the drafts' acceptance, 0 included
+            (`specdec_hf.generation.draft_length`). A drafter trained with many slots often pays best drafting fewer
+            (later drafts are rarely accepted, and each costs verification), and the best k differs between machines
+            and batch sizes: `"auto"` finds it. `None` (default) means `max_draft_tokens`.
         prefix_attention (`str`, *optional*, defaults to `"bidirectional"`):
             How the decoder's prefix tokens attend to each other. `"bidirectional"` (the paper): prefix tokens and
             masks attend to each other both ways and the whole prefix is re-read at every call. `"causal"`: prefix
@@ -175,7 +179,7 @@ class SpecDrafterConfig(PretrainedConfig):
     layer_norm_eps: float = 1e-5
     scale_embedding: bool = False
     max_draft_tokens: int = 10
-    num_draft_tokens: int | None = None
+    num_draft_tokens: int | str | None = None
     prefix_attention: str = "bidirectional"
     use_verifier_encoder: bool = False
     verifier_d_model: int | None = None
@@ -240,10 +244,15 @@ class SpecDrafterConfig(PretrainedConfig):
                 )
         if self.max_draft_tokens < 1:
             raise ValueError(f"`max_draft_tokens` must be at least 1, got {self.max_draft_tokens}.")
-        if self.num_draft_tokens is not None and not 1 <= self.num_draft_tokens <= self.max_draft_tokens:
+        k = self.num_draft_tokens
+        if (
+            k is not None
+            and k != AUTO
+            and (isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= self.max_draft_tokens)
+        ):
             raise ValueError(
-                f"`num_draft_tokens` must be between 1 and `max_draft_tokens` ({self.max_draft_tokens}), got "
-                f"{self.num_draft_tokens}: it is the k drafted when generate() gets no `num_draft_tokens`."
+                f"`num_draft_tokens` must be between 1 and `max_draft_tokens` ({self.max_draft_tokens}) or {AUTO!r}, "
+                f"got {k!r}: it is the k drafted when generate() gets no `num_draft_tokens`."
             )
         if self.prefix_attention not in PREFIX_ATTENTION_TYPES:
             raise ValueError(

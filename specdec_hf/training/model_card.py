@@ -13,6 +13,8 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
+from ..auto_draft_length import AUTO
+
 __all__ = ["drafter_card_data", "write_model_card"]
 
 _TAGS = ["speculative-decoding", "spec-drafter", "specdec_hf"]
@@ -113,10 +115,12 @@ def write_model_card(
         reads += f", reads the verifier's decoder states of layers {config.verifier_state_layers} (EAGLE-style)"
     if config.draft_vocab_size:
         reads += f", LM head over the {config.draft_vocab_size} most frequent target tokens"
+    default_k = config.num_draft_tokens or config.max_draft_tokens
+    default_k = "a number chosen at every iteration" if default_k == AUTO else default_k
     text = f"""# Spec-Drafter for `{verifier_name}`
 
 A non-autoregressive drafter for Speculative Decoding (Xia et al., 2023, arXiv 2203.16487): it proposes up to
-{config.max_draft_tokens} next tokens of `{verifier_name}` in one call ({config.num_draft_tokens or config.max_draft_tokens} unless `generate()` gets another
+{config.max_draft_tokens} next tokens of `{verifier_name}` in one call ({default_k} unless `generate()` gets another
 `num_draft_tokens`), and the verifier checks them in one forward pass. With `beta=1` the output is exactly the verifier's
 greedy output.
 
