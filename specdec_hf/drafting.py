@@ -187,9 +187,11 @@ def _takes_verifier_states(propose) -> bool:
 def validate_drafter(drafter: Any, verifier_vocab_size: int) -> None:
     """Check that `drafter` implements the drafting contract and shares the verifier's vocabulary.
 
-    `vocab_size` and `num_draft_tokens` may be any integer type (`numpy.int64`, a 0-dim integer tensor), and
-    `num_draft_tokens` also `"auto"`; the loop reads them as Python ints, and `max_positions` too (`None` or at least 2). A drafter written against the contract
-    before `verifier_states` (a `propose` with four arguments) is refused with the change to make.
+    `vocab_size` and `num_draft_tokens` may be any integer type (`numpy.int64`, a 0-dim integer tensor); the loop
+    reads them as Python ints, and `max_positions` too (`None` or at least 2). `num_draft_tokens` may also be
+    `"auto"` (k chosen as decoding runs), for a drafter with a `max_draft_tokens` (the largest k it may choose). A
+    drafter written against the contract before `verifier_states` (a `propose` with four arguments) is refused with
+    the change to make.
 
     Raises:
         ValueError: naming the missing method or attribute, the mismatching vocabulary size, and the fix.
@@ -212,9 +214,15 @@ def validate_drafter(drafter: Any, verifier_vocab_size: int) -> None:
     if vocab_size is None or (num_draft_tokens != AUTO and _as_int(num_draft_tokens) is None):
         raise ValueError(
             f"`drafter` ({name}) does not implement the drafting interface: `vocab_size` and `num_draft_tokens` "
-            f"must be integer attributes, `num_draft_tokens` possibly {AUTO!r} (got {getattr(drafter, 'vocab_size', None)!r} and "
-            f"{getattr(drafter, 'num_draft_tokens', None)!r}). Pass a `SpecDrafterModel` or a subclass of "
-            "`specdec_hf.Drafter`."
+            f"must be integer attributes, `num_draft_tokens` possibly {AUTO!r} (got "
+            f"{getattr(drafter, 'vocab_size', None)!r} and {num_draft_tokens!r}). Pass a `SpecDrafterModel` or a "
+            "subclass of `specdec_hf.Drafter`."
+        )
+    if num_draft_tokens == AUTO and _as_int(getattr(drafter, "max_draft_tokens", None)) is None:
+        raise ValueError(
+            f"`drafter` ({name}) has `num_draft_tokens={AUTO!r}` but no `max_draft_tokens`: a k chosen as decoding "
+            "runs needs the largest k it may take. Give the drafter an integer `max_draft_tokens`, or an integer "
+            "`num_draft_tokens`."
         )
     positions = getattr(drafter, "max_positions", None)
     limit = None if positions is None else _as_int(positions)

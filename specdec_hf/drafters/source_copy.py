@@ -21,6 +21,9 @@ from ..generation.spec_drafter_adapter import as_drafter
 
 __all__ = ["CopyOrFallbackProposal", "SourceCopyDrafter", "SourceCopyState", "find_source_continuations"]
 
+# the default k of a copy without a fallback, and its largest k where k is chosen as decoding runs
+_DEFAULT_DRAFT_TOKENS = 8
+
 
 @dataclass
 class SourceCopyState:
@@ -81,7 +84,7 @@ class SourceCopyDrafter(Drafter):
     Args:
         vocab_size (`int`): The verifier's vocabulary size.
         num_draft_tokens (`int` or `"auto"`, *optional*): Default k (tokens copied per iteration): the fallback's
-            (`"auto"` when it says so), or 8 without one.
+            (`"auto"` when it says so), or 8 without one. `"auto"` without a fallback chooses k up to 8.
         max_ngram_size (`int`, *optional*, defaults to 3): The longest n-gram of the prefix matched in the source.
         min_ngram_size (`int`, *optional*, defaults to 1): The shortest.
         fallback (`Drafter` or `SpecDrafterModel`, *optional*): Drafts the rows the source does not continue (a
@@ -91,14 +94,14 @@ class SourceCopyDrafter(Drafter):
     def __init__(
         self,
         vocab_size: int,
-        num_draft_tokens: int | None = None,
+        num_draft_tokens: int | str | None = None,
         max_ngram_size: int = 3,
         min_ngram_size: int = 1,
         fallback=None,
     ):
         fallback = None if fallback is None else as_drafter(fallback)
         if num_draft_tokens is None:
-            num_draft_tokens = 8 if fallback is None else fallback.num_draft_tokens
+            num_draft_tokens = _DEFAULT_DRAFT_TOKENS if fallback is None else fallback.num_draft_tokens
             num_draft_tokens = num_draft_tokens if num_draft_tokens == AUTO else int(num_draft_tokens)
         for name, value in (
             ("num_draft_tokens", num_draft_tokens),
@@ -121,8 +124,11 @@ class SourceCopyDrafter(Drafter):
         if self.fallback is not None:
             validate_drafter(self.fallback, vocab_size)
         self.num_draft_tokens = num_draft_tokens
-        # the limits of the contract are the fallback's (the copy itself has none)
+        # the limits of the contract are the fallback's (the copy itself has none; a k chosen as decoding runs needs
+        # one, the default k's)
         self.max_draft_tokens = getattr(fallback, "max_draft_tokens", None)
+        if self.max_draft_tokens is None and num_draft_tokens == AUTO:
+            self.max_draft_tokens = _DEFAULT_DRAFT_TOKENS
         self.max_positions = getattr(fallback, "max_positions", None)
         self.verifier_state_layers = getattr(fallback, "verifier_state_layers", None)
         if self.max_draft_tokens is not None and num_draft_tokens != AUTO and num_draft_tokens > self.max_draft_tokens:

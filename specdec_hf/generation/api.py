@@ -81,7 +81,7 @@ def speculative_generate(
             implementing `specdec_hf.Drafter`; required.
         num_draft_tokens (`int` or `"auto"`, *optional*): Drafted tokens per iteration (k); defaults to the drafter's
             `num_draft_tokens` (for a `SpecDrafterModel`, `config.num_draft_tokens`, else `config.max_draft_tokens`;
-            the demo drafters and those `train_drafter.py` saves say `"auto"`).
+            the shipped demo drafters say `"auto"`).
             `"auto"` chooses k at every iteration, from 0 (a plain verifier step, no drafter call) to the drafter's
             `max_draft_tokens` (its `num_draft_tokens` when it sets no limit), by what verifying k drafts costs on
             this machine (timed once per process, verifier and batch width) and how often drafts were accepted so

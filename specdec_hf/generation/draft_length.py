@@ -16,10 +16,11 @@ iteration; this module chooses it from two measured things:
 Each iteration takes the k that maximises expected tokens per second, ``(1 + Σ_{i<k} P(first i+1 accepted)) /
 cost(k)``; k = 0 costs a verifier step without a drafter call. A calibrated forward alone is not enough: a draft more
 costs the loop more than it costs the verifier's forward, and the forward's own differences between adjacent widths
-are within a timing's noise, so without the measured cost per draft every draft looks free and the largest k wins. While k = 0 wins, drafting is probed now and then at
-the best k ≥ 1, with growing intervals, so that a drafter whose drafts start to pay is found again. The choice is a
-pure function of the cost table and the acceptance counts ([`choose_draft_length`]), so it is deterministic for
-given measurements; it never looks at the drafts being verified, so β=1 stays exactly greedy and speculative
+are within a timing's noise, so without the measured cost per draft every draft looks free and the largest k wins.
+While k = 0 wins, drafting is probed now and then at the best k ≥ 1, with growing intervals, so that a drafter whose
+drafts start to pay is found again. The choice is a pure function of the cost table (with its count of drafting
+iterations, which places the neighbouring k) and the acceptance counts ([`choose_draft_length`]), so it is
+deterministic for given measurements; it never looks at the drafts being verified, so β=1 stays exactly greedy and speculative
 sampling keeps its distribution whatever k is chosen.
 
 A whole call can skip the loop ([`DraftLengthSchedule.drafts_this_call`]): when even the best k is expected to give
@@ -72,12 +73,15 @@ _CALIBRATION_ROUNDS = 5
 # iterations at k = 0 before the first probe of drafting; the interval doubles after a probe that did not pay
 _FIRST_PROBE_INTERVAL = 8
 _MAX_PROBE_INTERVAL = 128
-# iterations of each kind whose cost beyond the verifier's forward is remembered
-_RECENT_ITERATIONS = 8
-# drafting iterations whose cost beyond the verifier's forward (with their k) is remembered, and cost-per-draft
-# readings (pairs of consecutive iterations one draft apart) kept for their median
-_RECENT_DRAFTING = 64
+# plain calls whose time per step is remembered
+_RECENT_CALLS = 8
+# iterations of each kind (plain; drafting, with their k) whose time is remembered: one window for both, so that
+# neither reaches further back to the cheaper iterations of shorter caches
+_RECENT_ITERATIONS = 32
+# cost-per-draft readings (pairs of consecutive iterations one draft apart) kept for their median, and how many it
+# takes before the median is trusted over the forward's own cost per draft
 _RECENT_PER_DRAFT = 256
+_MIN_PER_DRAFT_READINGS = 5
 # every this-many-th drafting iteration runs a k one above or below the best one (alternately), so that what one
 # draft more or less costs stays measured
 _NEIGHBOUR_INTERVAL = 5
@@ -158,19 +162,22 @@ class IterationCostTable:
     Args:
         verify_seconds (`list[float]`): The verifier forward's time with w drafts, w = 0..max k (`calibrate`).
         plain_recent (`deque[float]`): The latest plain iterations' (k = 0) times.
-        drafting_recent (`deque[tuple[int, float]]`): The latest drafting iterations' k and time (the drafter's
-            call included).
+        drafting_recent (`deque[tuple[int, float]]`): The latest drafting iterations' k (the k chosen: a drafter's
+            `num_drafts` or the confidence threshold may verify fewer) and time (the drafter's call included).
         per_draft_recent (`deque[float]`): Readings of what one draft more costs an iteration: the difference in
             time of two consecutive drafting iterations whose k differs by one.
         plain_call_steps (`deque[float]`): The time per step of the latest calls decoded plainly (transformers' own
             loop, `DraftLengthSchedule.drafts_this_call`).
+        drafting_iterations (`int`): Drafting iterations chosen with this table, across calls (every
+            `_NEIGHBOUR_INTERVAL`-th runs a neighbouring k).
     """
 
     verify_seconds: list[float]
     plain_recent: deque = field(default_factory=lambda: deque(maxlen=_RECENT_ITERATIONS))
-    drafting_recent: deque = field(default_factory=lambda: deque(maxlen=_RECENT_DRAFTING))
+    drafting_recent: deque = field(default_factory=lambda: deque(maxlen=_RECENT_ITERATIONS))
     per_draft_recent: deque = field(default_factory=lambda: deque(maxlen=_RECENT_PER_DRAFT))
-    plain_call_steps: deque = field(default_factory=lambda: deque(maxlen=_RECENT_ITERATIONS))
+    plain_call_steps: deque = field(default_factory=lambda: deque(maxlen=_RECENT_CALLS))
+    drafting_iterations: int = 0
 
     @property
     def plain_step(self) -> float:
@@ -183,9 +190,10 @@ class IterationCostTable:
     def per_draft(self) -> float:
         """What a draft more costs an iteration: the median of the paired readings, never below what it costs the
         verifier's forward (the least-squares slope of the calibrated widths: the drafter's queries and the loop's
-        wider logits only add to it), which is also the estimate before any reading."""
+        wider logits only add to it), which is also the estimate until `_MIN_PER_DRAFT_READINGS` readings were
+        made (one slow moment must not turn drafting off before it is measured again)."""
         forward = max(_slope(self.verify_seconds), 0.0)
-        if not self.per_draft_recent:
+        if len(self.per_draft_recent) < _MIN_PER_DRAFT_READINGS:
             return forward
         return max(statistics.median(self.per_draft_recent), forward)
 
@@ -194,9 +202,10 @@ class IterationCostTable:
 
         A plain iteration costs the lower quartile of the recent plain ones (a slow moment or an iteration that drops
         finished rows only ever adds time; with few readings, the least); a drafting one a base plus `per_draft` per
-        draft, the base the lower quartile of the recent drafting iterations' times less their drafts'. Unseen, a
-        plain iteration costs the calibrated forward alone, and a drafting iteration's base what a plain one costs:
-        both optimistic, so that each kind gets tried.
+        draft, the base the lower quartile of the recent drafting iterations' times less their drafts', and never less
+        than the calibrated plain forward (a drafting iteration runs at least that). Unseen, a plain iteration costs
+        the calibrated forward alone, and a drafting iteration's base what a plain one costs: both optimistic, so that
+        each kind gets tried.
         """
         width = len(self.verify_seconds) - 1 if width is None else width
         plain = _lower_quartile(self.plain_recent)
@@ -204,7 +213,8 @@ class IterationCostTable:
         per_draft = self.per_draft
         base = _lower_quartile([seconds - per_draft * k for k, seconds in self.drafting_recent])
         base = plain if base is None else base
-        return [plain] + [base + per_draft * k for k in range(1, width + 1)]
+        floor = self.verify_seconds[0]
+        return [plain] + [max(base + per_draft * k, floor) for k in range(1, width + 1)]
 
     def observe(self, k: int, seconds: float, previous: tuple[int, float] | None = None) -> tuple[int, float] | None:
         """Record one timed iteration that verified `k` drafts, and, with the `previous` drafting iteration's
@@ -293,8 +303,7 @@ class DraftLengthSchedule:
         self._started: float | None = None
         self._first_iteration = True
         self._k = 0
-        # this call's drafting iterations so far, and the last one's verified width and overhead (paired readings)
-        self._drafting_iterations = 0
+        # the last timed iteration's k and seconds, when it drafted: the first of a pair of readings
         self._previous: tuple[int, float] | None = None
 
     def _table_key(self, rows: int) -> tuple:
@@ -355,8 +364,10 @@ class DraftLengthSchedule:
             measure (`Callable[[int], float]`): Times one verifier forward with w drafts at the cache's state, for a
                 batch width not calibrated yet.
         """
-        self._table = self.table_for(rows, measure)
-        table = self._table
+        table = self.table_for(rows, measure)
+        if table is not self._table:  # another batch width: no pair across the two
+            self._previous = None
+        self._table = table
         width = min(limit, self.max_draft_tokens)
         costs = table.iteration_seconds(width)
         acceptance = self.acceptance.probabilities(width)
@@ -367,26 +378,27 @@ class DraftLengthSchedule:
         elif k > 0:  # drafting pays again: probe early the next time it stops paying
             self._probe_interval = _FIRST_PROBE_INTERVAL
         if k > 0:
-            self._drafting_iterations += 1
-            k = _neighbour_now_and_then(k, width, self._drafting_iterations)
+            table.drafting_iterations += 1
+            k = _neighbour_now_and_then(k, width, table.drafting_iterations)
         self._k = k
         synchronize(self.device)
         self._started = _clock()
         return k
 
-    def observe(self, verified_width: int, accepted: Sequence[int]) -> None:
+    def observe(self, accepted: Sequence[int]) -> None:
         """End the iteration's timing (the loop has read its outcome on the host: the device is done) and count
         what its drafts were worth.
 
+        The time is recorded for the k chosen, whatever the verifier's forward took (fewer drafts where a drafter's
+        `DraftProposal.num_drafts` or the confidence threshold cut them): it is what choosing that k costs.
+
         Args:
-            verified_width (`int`): The drafts the verifier's forward took (fewer than the k chosen when the drafter
-                proposed fewer, `DraftProposal.num_drafts`, or confidence truncation cut them).
             accepted (`Sequence[int]`): Per active row, the drafts it accepted. Every row counts as scheduled for
                 the k chosen: drafts a drafter declined to propose are worth as little as rejected ones.
         """
         seconds = _clock() - self._started
         if not self._first_iteration:  # the first forward of a call also projects the source for cross-attention
-            self._previous = self._table.observe(verified_width, seconds, self._previous if self._k > 0 else None)
+            self._previous = self._table.observe(self._k, seconds, self._previous)
         self._first_iteration = False
         self.acceptance.update(self._k, accepted)
         if self._k > 0:
@@ -396,9 +408,14 @@ class DraftLengthSchedule:
         else:
             self._plain_streak += 1
 
+    def skip(self) -> None:
+        """An iteration the schedule did not choose (a length limit left it no draft) ran: the next timed one is
+        not its predecessor's pair."""
+        self._previous = None
+
 
 def _neighbour_now_and_then(k: int, width: int, drafting_iterations: int) -> int:
-    """`k`, except every `_NEIGHBOUR_INTERVAL`-th drafting iteration of a call, which runs a k one above or one below
+    """`k`, except every `_NEIGHBOUR_INTERVAL`-th drafting iteration with a cost table, which runs a k one above or one below
     it (alternately; the other where one is out of `[1, width]`), so that what a draft costs is read from pairs of
     consecutive iterations on every machine and drafter."""
     if drafting_iterations % _NEIGHBOUR_INTERVAL or width < 2:

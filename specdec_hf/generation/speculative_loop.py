@@ -143,6 +143,8 @@ def run_speculative_loop(
             k = draft_length_schedule.next_k(
                 len(rows.active), k, _verify_timer(verifier, context, cache, cache_length, batch, config, causal_masks)
             )
+        elif draft_length_schedule is not None:
+            draft_length_schedule.skip()
         # 1. Draft
         drafts, proposal_q, verify_counts, value_facts = draft(
             drafter, context, batch, k, logits_processor, config, stats
@@ -183,7 +185,7 @@ def run_speculative_loop(
             running = outcome.accepted
             if any(done_list):  # aligned rows: done_list is per active row
                 running = [count for count, finished in zip(running, done_list, strict=True) if not finished]
-            draft_length_schedule.observe(drafts.shape[1], running)
+            draft_length_schedule.observe(running)
         _advance_lengths(rows, outcome.num_new)
         _count_iteration(stats, rows.active, outcome, done_list)
         if rows.recorded is not None:

@@ -29,7 +29,7 @@ class WrappingDrafter(Drafter):
         return self.drafter.vocab_size
 
     @property
-    def num_draft_tokens(self) -> int:
+    def num_draft_tokens(self) -> int | str:
         return self.drafter.num_draft_tokens
 
     @property

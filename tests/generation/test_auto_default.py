@@ -50,10 +50,13 @@ def test_the_config_takes_auto_and_refuses_another_word(tmp_path):
 
 def test_the_contract_takes_auto_and_refuses_another_word():
     drafter = OracleDrafter(torch.zeros(1, 4, dtype=torch.long), VOCAB_SIZE, 3, "right")
-    drafter.num_draft_tokens = "auto"
+    drafter.num_draft_tokens, drafter.max_draft_tokens = "auto", 3
     validate_drafter(drafter, VOCAB_SIZE)
     drafter.num_draft_tokens = "fast"
     with pytest.raises(ValueError, match=r"`num_draft_tokens` .* possibly 'auto' \(got .*'fast'"):
+        validate_drafter(drafter, VOCAB_SIZE)
+    drafter.num_draft_tokens, drafter.max_draft_tokens = "auto", None  # no limit: which k could auto take?
+    with pytest.raises(ValueError, match=r"`num_draft_tokens='auto'` but no `max_draft_tokens`.*integer"):
         validate_drafter(drafter, VOCAB_SIZE)
 
 
@@ -85,7 +88,11 @@ def test_the_source_copy_takes_its_fallbacks_auto():
     model = build_verifier("bart")
     drafter = SpecDrafterModel.from_verifier(model, max_draft_tokens=3, decoder_layers=1, num_draft_tokens="auto")
     assert SourceCopyDrafter.from_verifier(model, fallback=drafter).num_draft_tokens == "auto"
-    assert SourceCopyDrafter.from_verifier(model, num_draft_tokens="auto").num_draft_tokens == "auto"
+    alone = SourceCopyDrafter.from_verifier(model, num_draft_tokens="auto")
+    assert (alone.num_draft_tokens, alone.max_draft_tokens) == ("auto", 8)  # its default k the largest auto takes
+    inputs = make_source_batch(2, seed=3, pad_token_id=model.config.pad_token_id)
+    reference = model.generate(**inputs, **GREEDY, max_new_tokens=10)
+    assert torch.equal(generate_with_drafter(model, inputs, alone, max_new_tokens=10).sequences, reference)
     with pytest.raises(ValueError, match=r"`num_draft_tokens` must be an integer >= 1 or 'auto', got 'fast'"):
         SourceCopyDrafter.from_verifier(model, num_draft_tokens="fast")
 

@@ -98,8 +98,9 @@ def test_an_iteration_costs_a_base_and_a_cost_per_draft():
     assert table.iteration_seconds() == pytest.approx([1.2, 1.2, 1.2, 1.2])
     previous = table.observe(2, 1.5)
     assert previous == (2, 1.5)
-    previous = table.observe(3, 1.7, previous)  # one draft more: 0.2 more
-    table.observe(2, 1.5, previous)  # one draft less: 0.2 less
+    for _ in range(3):  # enough readings for their median to count
+        previous = table.observe(3, 1.7, previous)  # one draft more: 0.2 more
+        previous = table.observe(2, 1.5, previous)  # one draft less: 0.2 less
     assert table.per_draft == pytest.approx(0.2)
     # base: the lower quartile of the drafting iterations' times less their drafts' (1.5 - 2 * 0.2 = 1.1)
     assert table.iteration_seconds() == pytest.approx([1.2, 1.3, 1.5, 1.7])
@@ -118,8 +119,56 @@ def test_the_cost_per_draft_is_read_only_from_consecutive_iterations_one_draft_a
     assert list(table.per_draft_recent) == pytest.approx([-0.5])
     assert table.per_draft == pytest.approx(0.5)  # never below what a draft costs the verifier's forward
     flat = IterationCostTable([1.0, 1.0, 1.0])
-    flat.per_draft_recent.extend([0.3, 0.2, 0.4, 5.0])  # a slow moment in one reading: the median holds
-    assert flat.per_draft == pytest.approx(0.35)
+    flat.per_draft_recent.extend([0.3, 5.0, 0.2, 0.4])  # too few readings yet: a slow moment must not decide
+    assert flat.per_draft == 0.0
+    flat.per_draft_recent.append(0.35)
+    assert flat.per_draft == pytest.approx(0.35)  # the median holds against the slow moment
+
+
+def test_a_drafting_iteration_never_costs_less_than_a_plain_forward():
+    table = IterationCostTable([1.0, 1.1, 1.2])
+    table.drafting_recent.extend([(1, 0.2), (2, 0.3)])  # a short cache: less than the calibration's forward
+    assert table.iteration_seconds()[1:] == pytest.approx([1.0, 1.0])
+
+
+def test_the_schedule_pairs_only_consecutive_timed_drafting_iterations_of_one_table(clock):
+    """Readings of a draft's cost come from two iterations one after the other, one k apart, timed with one table:
+    not the first iteration of a call, not across an iteration the schedule did not time, not across tables."""
+    schedule = DraftLengthSchedule(object, None, 4, (1, 0.0, False), torch.device("cpu"))
+    table = IterationCostTable([1.0] * 5)
+    schedule._tables[(1, "cpu", 4)] = table
+    schedule.acceptance.update(4, [4] * 200)  # sure drafts: k = 4 is best, its neighbour 3 runs now and then
+    ks = []
+
+    def iteration(rows=1):
+        k = schedule.next_k(rows, 4, measure=lambda width: 1.0)
+        clock.spend(0.1 * k)  # a draft costs 0.1 on the test clock
+        schedule.observe([k] * rows)
+        ks.append(k)
+
+    for _ in range(3 * draft_length._NEIGHBOUR_INTERVAL):
+        iteration()
+    assert set(ks) == {3, 4} and ks.count(3) == 3  # every fifth drafting iteration a neighbour
+    readings = list(table.per_draft_recent)
+    assert len(readings) == 5 and readings == pytest.approx([0.1] * 5)  # into and out of each neighbour
+    assert len(table.drafting_recent) == len(ks) - 1  # the call's first iteration is not timed
+    schedule.skip()  # an untimed iteration (a length limit) between two timed ones: no pair across it
+    before = len(table.per_draft_recent)
+    while (table.drafting_iterations + 1) % draft_length._NEIGHBOUR_INTERVAL:
+        iteration()
+    schedule.skip()
+    iteration()  # the neighbour, right after the skip: no reading
+    assert ks[-1] == 3 and len(table.per_draft_recent) == before
+    other = IterationCostTable([1.0] * 5)
+    schedule._tables[(2, "cpu", 4)] = other
+    iteration(rows=2)  # another batch width: not paired with the last iteration of the first table
+    assert not other.per_draft_recent
+    # a later call goes on counting drafting iterations where the table is: short calls take their neighbours too
+    count = table.drafting_iterations
+    later = DraftLengthSchedule(object, None, 4, (1, 0.0, False), torch.device("cpu"))
+    assert later._tables[(1, "cpu", 4)] is table  # the process's tables, per verifier
+    later.next_k(1, 4, measure=lambda width: 1.0)
+    assert table.drafting_iterations == count + 1
 
 
 def test_every_few_drafting_iterations_run_a_neighbouring_k():
@@ -176,7 +225,7 @@ def test_a_useless_drafter_is_probed_less_and_less_often():
     for _ in range(120):
         k = schedule.next_k(1, 2, measure=lambda width: pytest.fail("the table is given"))
         choices.append(k)
-        schedule.observe(k, [0])
+        schedule.observe([0])
         # pin the costs the timing would read
         table.plain_recent.clear(), table.drafting_recent.clear(), table.per_draft_recent.clear()
         table.plain_recent.append(1.0), table.drafting_recent.append((1, 1.5))
