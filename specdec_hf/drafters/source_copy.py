@@ -84,7 +84,8 @@ class SourceCopyDrafter(Drafter):
     Args:
         vocab_size (`int`): The verifier's vocabulary size.
         num_draft_tokens (`int` or `"auto"`, *optional*): Default k (tokens copied per iteration): the fallback's
-            (`"auto"` when it says so), or 8 without one. `"auto"` without a fallback chooses k up to 8.
+            (`"auto"` when it says so), or 8 without one. `"auto"` without a fallback chooses k up to 8: its
+            `max_draft_tokens` is then 8, which also bounds a k given to `generate()`.
         max_ngram_size (`int`, *optional*, defaults to 3): The longest n-gram of the prefix matched in the source.
         min_ngram_size (`int`, *optional*, defaults to 1): The shortest.
         fallback (`Drafter` or `SpecDrafterModel`, *optional*): Drafts the rows the source does not continue (a

@@ -84,7 +84,7 @@ def speculative_generate(
             the shipped demo drafters say `"auto"`).
             `"auto"` chooses k at every iteration, from 0 (a plain verifier step, no drafter call) to the drafter's
             `max_draft_tokens` (its `num_draft_tokens` when it sets no limit), by what verifying k drafts costs on
-            this machine (timed once per process, verifier and batch width) and how often drafts were accepted so
+            this machine (timed once per process, drafter, verifier and batch width) and how often drafts were accepted so
             far (`specdec_hf.generation.draft_length`). β=1 stays exactly greedy; as k follows the machine's
             timings, seeded sampling and the relaxed rule are not reproducible from run to run with `"auto"`.
         beta (`int`, *optional*, defaults to 1): Top-β candidate set; 1 gives exactly the greedy output.
@@ -304,10 +304,12 @@ def _check_speculative_arguments(
     check_verifier_state_layers(getattr(drafter, "verifier_state_layers", None), model)
     max_draft_tokens = getattr(drafter, "max_draft_tokens", None)
     if max_draft_tokens is not None and num_draft_tokens > max_draft_tokens:
+        why, more = "", ""
+        if isinstance(drafter, SpecDrafterAdapter):
+            why, more = ": one learned query per drafted position", " or train a drafter with more"
         raise ValueError(
-            f"`num_draft_tokens` must be at most the drafter's {max_draft_tokens} (its `max_draft_tokens`: one "
-            f"learned query per drafted position), got {num_draft_tokens}: lower `num_draft_tokens` or train a "
-            "drafter with more."
+            f"`num_draft_tokens` must be at most the drafter's {max_draft_tokens} (its `max_draft_tokens`{why}), got "
+            f"{num_draft_tokens}: lower `num_draft_tokens`{more}."
         )
     if draft_confidence_threshold is not None and (
         isinstance(draft_confidence_threshold, bool)

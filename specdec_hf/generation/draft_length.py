@@ -6,7 +6,7 @@ lengths (SpecDec++, Huang et al., 2024, arXiv 2405.19715; DISCO, Mamou et al., 2
 iteration; this module chooses it from two measured things:
 
 - **what an iteration costs** ([`IterationCostTable`]): a verifier forward over the uncached tokens and w drafts,
-  timed once per process, verifier, batch width and device at the cache's real state (`calibrate`), plus what the
+  timed once per process, drafter, verifier, batch width and device at the cache's real state (`calibrate`), plus what the
   loop pays around it, read from the iterations' own wall time as decoding runs: without a drafter call, and with
   one as a base and a cost per draft (the drafter's queries, the wider logits), the latter from pairs of
   consecutive iterations whose k differs by one (every few drafting iterations run a k next to the best one);
@@ -75,8 +75,8 @@ _FIRST_PROBE_INTERVAL = 8
 _MAX_PROBE_INTERVAL = 128
 # plain calls whose time per step is remembered
 _RECENT_CALLS = 8
-# iterations of each kind (plain; drafting, with their k) whose time is remembered: one window for both, so that
-# neither reaches further back to the cheaper iterations of shorter caches
+# iterations of each kind (plain; drafting, with their k) whose time is remembered: 32 readings each (the rarer kind's
+# reach further back in time, to the cheaper iterations of shorter caches)
 _RECENT_ITERATIONS = 32
 # cost-per-draft readings (pairs of consecutive iterations one draft apart) kept for their median, and how many it
 # takes before the median is trusted over the forward's own cost per draft
@@ -164,8 +164,9 @@ class IterationCostTable:
         plain_recent (`deque[float]`): The latest plain iterations' (k = 0) times.
         drafting_recent (`deque[tuple[int, float]]`): The latest drafting iterations' k (the k chosen: a drafter's
             `num_drafts` or the confidence threshold may verify fewer) and time (the drafter's call included).
-        per_draft_recent (`deque[float]`): Readings of what one draft more costs an iteration: the difference in
-            time of two consecutive drafting iterations whose k differs by one.
+        per_draft_recent (`deque[tuple[int, float]]`): Readings of what one draft more costs an iteration: the
+            smaller k of two consecutive drafting iterations whose k differs by one (the step from it to the next),
+            and the difference in their times per draft.
         plain_call_steps (`deque[float]`): The time per step of the latest calls decoded plainly (transformers' own
             loop, `DraftLengthSchedule.drafts_this_call`).
         drafting_iterations (`int`): Drafting iterations chosen with this table, across calls (every
@@ -188,33 +189,55 @@ class IterationCostTable:
 
     @property
     def per_draft(self) -> float:
-        """What a draft more costs an iteration: the median of the paired readings, never below what it costs the
-        verifier's forward (the least-squares slope of the calibrated widths: the drafter's queries and the loop's
-        wider logits only add to it), which is also the estimate until `_MIN_PER_DRAFT_READINGS` readings were
-        made (one slow moment must not turn drafting off before it is measured again)."""
+        """What a draft more costs an iteration, whatever the step: the median of every paired reading, never below
+        what it costs the verifier's forward (the least-squares slope of the calibrated widths: the drafter's queries
+        and the loop's wider logits only add to it), which is also the estimate until `_MIN_PER_DRAFT_READINGS`
+        readings were made (one slow moment must not turn drafting off before it is measured again)."""
+        return self._median_cost([reading for _, reading in self.per_draft_recent])
+
+    def step_costs(self, width: int) -> list[float]:
+        """What going from j to j + 1 drafts costs an iteration, j = 1..`width` - 1: the median of that step's own
+        readings once there are `_MIN_PER_DRAFT_READINGS` (steps differ: a kernel may change with the rows fed, and
+        the choice between two k turns on the step between them), else `per_draft`."""
+        by_step: dict[int, list[float]] = {}
+        for step, reading in self.per_draft_recent:
+            by_step.setdefault(step, []).append(reading)
+        overall = self.per_draft
+        costs = []
+        for step in range(1, width):
+            readings = by_step.get(step, ())
+            costs.append(self._median_cost(readings) if len(readings) >= _MIN_PER_DRAFT_READINGS else overall)
+        return costs
+
+    def _median_cost(self, readings: Sequence[float]) -> float:
         forward = max(_slope(self.verify_seconds), 0.0)
-        if len(self.per_draft_recent) < _MIN_PER_DRAFT_READINGS:
+        if len(readings) < _MIN_PER_DRAFT_READINGS:
             return forward
-        return max(statistics.median(self.per_draft_recent), forward)
+        return max(statistics.median(readings), forward)
 
     def iteration_seconds(self, width: int | None = None) -> list[float]:
         """What an iteration verifying k drafts costs, k = 0..`width` (default: the largest k of the table).
 
-        A plain iteration costs the lower quartile of the recent plain ones (a slow moment or an iteration that drops
-        finished rows only ever adds time; with few readings, the least); a drafting one a base plus `per_draft` per
-        draft, the base the lower quartile of the recent drafting iterations' times less their drafts', and never less
-        than the calibrated plain forward (a drafting iteration runs at least that). Unseen, a plain iteration costs
+        A plain iteration costs the lower quartile of the recent plain ones (a slow moment only ever adds time; with
+        few readings, the least); a drafting one a base (its cost at k = 1) plus the `step_costs` up to its k, the base
+        the lower quartile of the recent drafting iterations' times less their steps'; the plain cost and the base
+        are never less than the calibrated plain forward (a drafting iteration runs at least that). Unseen, a plain iteration costs
         the calibrated forward alone, and a drafting iteration's base what a plain one costs: both optimistic, so that
         each kind gets tried.
         """
         width = len(self.verify_seconds) - 1 if width is None else width
         plain = _lower_quartile(self.plain_recent)
         plain = self.verify_seconds[0] if plain is None else plain
-        per_draft = self.per_draft
-        base = _lower_quartile([seconds - per_draft * k for k, seconds in self.drafting_recent])
+        # above k = 1: the steps' costs summed (the table's largest k, so that every recorded k has its offset)
+        offsets = [0.0]
+        for cost in self.step_costs(len(self.verify_seconds) - 1):
+            offsets.append(offsets[-1] + cost)
+        base = _lower_quartile([seconds - offsets[k - 1] for k, seconds in self.drafting_recent])
         base = plain if base is None else base
+        # neither below the calibrated plain forward (an iteration of either kind runs at least that), floored alike
         floor = self.verify_seconds[0]
-        return [plain] + [max(base + per_draft * k, floor) for k in range(1, width + 1)]
+        plain, base = max(plain, floor), max(base, floor)
+        return [plain] + [base + offsets[k - 1] for k in range(1, width + 1)]
 
     def observe(self, k: int, seconds: float, previous: tuple[int, float] | None = None) -> tuple[int, float] | None:
         """Record one timed iteration that verified `k` drafts, and, with the `previous` drafting iteration's
@@ -228,7 +251,7 @@ class IterationCostTable:
             return None
         self.drafting_recent.append((k, seconds))
         if previous is not None and abs(previous[0] - k) == 1:
-            self.per_draft_recent.append((seconds - previous[1]) / (k - previous[0]))
+            self.per_draft_recent.append((min(k, previous[0]), (seconds - previous[1]) / (k - previous[0])))
         return k, seconds
 
 
@@ -257,8 +280,8 @@ class PlainCalls:
     probe_interval: int = _FIRST_CALL_PROBE_INTERVAL
 
 
-# per verifier (weakly held, so a deleted model takes its measurements with it): cost tables by (batch width,
-# device, largest k), and acceptance counts (and the plain calls since a probe) by (drafter, rule)
+# per drafter and verifier (weakly held, so a deleted model takes its measurements with it): cost tables by (batch
+# width, device, largest k), and acceptance counts (and the plain calls since a probe) by rule
 _COST_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _ACCEPTANCE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -289,7 +312,10 @@ class DraftLengthSchedule:
     def __init__(self, verifier, drafter_key, max_draft_tokens: int, rule: tuple, device: torch.device):
         self.max_draft_tokens = max_draft_tokens
         self.device = device
-        self._tables = _COST_TABLES.setdefault(verifier, {})
+        try:  # what a drafter's call costs is part of an iteration's: tables per drafter and verifier
+            self._tables = _COST_TABLES.setdefault(drafter_key, weakref.WeakKeyDictionary()).setdefault(verifier, {})
+        except TypeError:  # a drafter that cannot be weakly referenced: tables for this call only
+            self._tables = {}
         try:
             per_verifier = _ACCEPTANCE.setdefault(drafter_key, weakref.WeakKeyDictionary())
             per_rule = per_verifier.setdefault(verifier, {})
@@ -303,8 +329,9 @@ class DraftLengthSchedule:
         self._started: float | None = None
         self._first_iteration = True
         self._k = 0
-        # the last timed iteration's k and seconds, when it drafted: the first of a pair of readings
+        # the last timed iteration's k and seconds, when it drafted: the first of a pair of readings; and its rows
         self._previous: tuple[int, float] | None = None
+        self._rows = 0
 
     def _table_key(self, rows: int) -> tuple:
         return (_rows_bucket(rows), str(self.device), self.max_draft_tokens)
@@ -365,9 +392,9 @@ class DraftLengthSchedule:
                 batch width not calibrated yet.
         """
         table = self.table_for(rows, measure)
-        if table is not self._table:  # another batch width: no pair across the two
+        if table is not self._table or rows != self._rows:  # rows finished: no pair across the two widths
             self._previous = None
-        self._table = table
+        self._table, self._rows = table, rows
         width = min(limit, self.max_draft_tokens)
         costs = table.iteration_seconds(width)
         acceptance = self.acceptance.probabilities(width)

@@ -84,7 +84,7 @@ def test_a_fixed_default_k_builds_no_schedule(recording_schedule):
     assert recording_schedule.built == [] and stats.num_draft_tokens == 2 and stats.drafter_calls > 0
 
 
-def test_the_source_copy_takes_its_fallbacks_auto():
+def test_the_source_copy_takes_its_fallbacks_auto(recording_schedule):
     model = build_verifier("bart")
     drafter = SpecDrafterModel.from_verifier(model, max_draft_tokens=3, decoder_layers=1, num_draft_tokens="auto")
     assert SourceCopyDrafter.from_verifier(model, fallback=drafter).num_draft_tokens == "auto"
@@ -93,6 +93,9 @@ def test_the_source_copy_takes_its_fallbacks_auto():
     inputs = make_source_batch(2, seed=3, pad_token_id=model.config.pad_token_id)
     reference = model.generate(**inputs, **GREEDY, max_new_tokens=10)
     assert torch.equal(generate_with_drafter(model, inputs, alone, max_new_tokens=10).sequences, reference)
+    assert recording_schedule.built == [8]  # k chosen as decoding runs, up to 8
+    with pytest.raises(ValueError, match=r"at most the drafter's 8 \(its `max_draft_tokens`\), got 9: lower"):
+        generate_with_drafter(model, inputs, alone, max_new_tokens=10, num_draft_tokens=9)
     with pytest.raises(ValueError, match=r"`num_draft_tokens` must be an integer >= 1 or 'auto', got 'fast'"):
         SourceCopyDrafter.from_verifier(model, num_draft_tokens="fast")
 

@@ -116,25 +116,39 @@ def test_the_cost_per_draft_is_read_only_from_consecutive_iterations_one_draft_a
     assert table.observe(0, 1.5, previous) is None  # a plain iteration ends the pair
     previous = table.observe(2, 2.0, None)
     table.observe(1, 2.5, previous)  # one draft less cost more: a reading below the forward's own cost per draft
-    assert list(table.per_draft_recent) == pytest.approx([-0.5])
-    assert table.per_draft == pytest.approx(0.5)  # never below what a draft costs the verifier's forward
+    assert list(table.per_draft_recent) == [(1, pytest.approx(-0.5))]  # the step from 1 to 2 drafts
+    assert table.per_draft == pytest.approx(0.5)  # too few readings: the verifier forward's own cost per draft
+    table.per_draft_recent.extend([(1, -0.5)] * 5)
+    assert table.per_draft == pytest.approx(0.5)  # a median below what a draft costs the verifier's forward: floored
     flat = IterationCostTable([1.0, 1.0, 1.0])
-    flat.per_draft_recent.extend([0.3, 5.0, 0.2, 0.4])  # too few readings yet: a slow moment must not decide
+    flat.per_draft_recent.extend(
+        [(1, 0.3), (1, 5.0), (1, 0.2), (1, 0.4)]
+    )  # too few yet: a slow moment must not decide
     assert flat.per_draft == 0.0
-    flat.per_draft_recent.append(0.35)
+    flat.per_draft_recent.append((1, 0.35))
     assert flat.per_draft == pytest.approx(0.35)  # the median holds against the slow moment
 
 
-def test_a_drafting_iteration_never_costs_less_than_a_plain_forward():
+def test_each_step_between_two_k_costs_what_its_own_readings_say():
+    table = IterationCostTable([1.0] * 5)
+    table.per_draft_recent.extend([(2, 0.1)] * 5 + [(3, 0.5)] * 5)  # 2 -> 3 drafts cheap, 3 -> 4 dear
+    assert table.step_costs(4) == pytest.approx([0.3, 0.1, 0.5])  # 1 -> 2 unread: the median of all readings
+    table.drafting_recent.append((3, 2.0))  # k=3 took 2.0: the base (k=1) is 2.0 - 0.3 - 0.1
+    assert table.iteration_seconds() == pytest.approx([1.0, 1.6, 1.9, 2.0, 2.5])
+
+
+def test_no_iteration_costs_less_than_a_plain_forward_and_drafts_still_cost():
     table = IterationCostTable([1.0, 1.1, 1.2])
     table.drafting_recent.extend([(1, 0.2), (2, 0.3)])  # a short cache: less than the calibration's forward
-    assert table.iteration_seconds()[1:] == pytest.approx([1.0, 1.0])
+    table.plain_recent.append(0.5)
+    assert table.iteration_seconds() == pytest.approx([1.0, 1.0, 1.1])  # the base floored, not each k's cost
 
 
 def test_the_schedule_pairs_only_consecutive_timed_drafting_iterations_of_one_table(clock):
     """Readings of a draft's cost come from two iterations one after the other, one k apart, timed with one table:
     not the first iteration of a call, not across an iteration the schedule did not time, not across tables."""
-    schedule = DraftLengthSchedule(object, None, 4, (1, 0.0, False), torch.device("cpu"))
+    drafter_key = StepClock()  # any object that can be weakly referenced stands for a drafter
+    schedule = DraftLengthSchedule(object, drafter_key, 4, (1, 0.0, False), torch.device("cpu"))
     table = IterationCostTable([1.0] * 5)
     schedule._tables[(1, "cpu", 4)] = table
     schedule.acceptance.update(4, [4] * 200)  # sure drafts: k = 4 is best, its neighbour 3 runs now and then
@@ -150,7 +164,7 @@ def test_the_schedule_pairs_only_consecutive_timed_drafting_iterations_of_one_ta
         iteration()
     assert set(ks) == {3, 4} and ks.count(3) == 3  # every fifth drafting iteration a neighbour
     readings = list(table.per_draft_recent)
-    assert len(readings) == 5 and readings == pytest.approx([0.1] * 5)  # into and out of each neighbour
+    assert readings == [(3, pytest.approx(0.1))] * 5  # into and out of each neighbour: the step from 3 to 4
     assert len(table.drafting_recent) == len(ks) - 1  # the call's first iteration is not timed
     schedule.skip()  # an untimed iteration (a length limit) between two timed ones: no pair across it
     before = len(table.per_draft_recent)
@@ -163,10 +177,17 @@ def test_the_schedule_pairs_only_consecutive_timed_drafting_iterations_of_one_ta
     schedule._tables[(2, "cpu", 4)] = other
     iteration(rows=2)  # another batch width: not paired with the last iteration of the first table
     assert not other.per_draft_recent
+    wider = IterationCostTable([1.0] * 5)
+    schedule._tables[(4, "cpu", 4)] = wider
+    iteration(rows=4)
+    wider.drafting_iterations = draft_length._NEIGHBOUR_INTERVAL - 1  # the next is a neighbour, one k apart
+    iteration(rows=3)  # a row finished: one table (widths 3 and 4 share it), but no pair across the two widths
+    assert ks[-2:] == [4, 3] and not wider.per_draft_recent
     # a later call goes on counting drafting iterations where the table is: short calls take their neighbours too
     count = table.drafting_iterations
-    later = DraftLengthSchedule(object, None, 4, (1, 0.0, False), torch.device("cpu"))
-    assert later._tables[(1, "cpu", 4)] is table  # the process's tables, per verifier
+    later = DraftLengthSchedule(object, drafter_key, 4, (1, 0.0, False), torch.device("cpu"))
+    assert later._tables[(1, "cpu", 4)] is table  # the process's tables, per drafter and verifier
+    assert not DraftLengthSchedule(object, StepClock(), 4, (1, 0.0, False), torch.device("cpu"))._tables
     later.next_k(1, 4, measure=lambda width: 1.0)
     assert table.drafting_iterations == count + 1
 
