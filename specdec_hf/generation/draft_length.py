@@ -301,9 +301,10 @@ class DraftLengthSchedule:
     """The draft length of each iteration of one `generate()` call, from the process's measurements.
 
     Args:
-        verifier (`PreTrainedModel`): The verifier (the key of its cost tables).
-        drafter_key (`object`): What identifies the drafter across calls (the key of the acceptance counts): the
-            user's drafter, unwrapped to its model.
+        verifier (`PreTrainedModel`): The verifier (with the drafter, the key of the cost tables and acceptance
+            counts).
+        drafter_key (`object`): What identifies the drafter across calls: the user's drafter, unwrapped to its
+            model.
         max_draft_tokens (`int`): The largest k to consider.
         rule (`tuple`): What changes acceptance besides the drafter (β, τ, sampling and its settings).
         device (`torch.device`): Where the verifier runs.
