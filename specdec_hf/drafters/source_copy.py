@@ -25,6 +25,10 @@ __all__ = ["CopyOrFallbackProposal", "SourceCopyDrafter", "SourceCopyState", "fi
 _DEFAULT_DRAFT_TOKENS = 8
 
 
+def _is_positive_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
 @dataclass
 class SourceCopyState:
     """Per-`generate()` state: the source ids (`-1` at padding, which never matches) and the fallback's state."""
@@ -104,16 +108,11 @@ class SourceCopyDrafter(Drafter):
         if num_draft_tokens is None:
             num_draft_tokens = _DEFAULT_DRAFT_TOKENS if fallback is None else fallback.num_draft_tokens
             num_draft_tokens = num_draft_tokens if num_draft_tokens == AUTO else int(num_draft_tokens)
-        for name, value in (
-            ("num_draft_tokens", num_draft_tokens),
-            ("max_ngram_size", max_ngram_size),
-            ("min_ngram_size", min_ngram_size),
-        ):
-            if name == "num_draft_tokens" and value == AUTO:
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                also = f" or {AUTO!r}" if name == "num_draft_tokens" else ""
-                raise ValueError(f"`{name}` must be an integer >= 1{also}, got {value!r}.")
+        if num_draft_tokens != AUTO and not _is_positive_int(num_draft_tokens):
+            raise ValueError(f"`num_draft_tokens` must be an integer >= 1 or {AUTO!r}, got {num_draft_tokens!r}.")
+        for name, value in (("max_ngram_size", max_ngram_size), ("min_ngram_size", min_ngram_size)):
+            if not _is_positive_int(value):
+                raise ValueError(f"`{name}` must be an integer >= 1, got {value!r}.")
         if min_ngram_size > max_ngram_size:
             raise ValueError(
                 f"`min_ngram_size` ({min_ngram_size}) must be at most `max_ngram_size` ({max_ngram_size})."

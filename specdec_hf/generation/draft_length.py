@@ -36,6 +36,7 @@ output depends on k, can write another output. The measurements are per process 
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 import weakref
@@ -195,6 +196,12 @@ class IterationCostTable:
         readings were made (one slow moment must not turn drafting off before it is measured again)."""
         return self._median_cost([reading for _, reading in self.per_draft_recent])
 
+    @functools.cached_property
+    def forward_per_draft(self) -> float:
+        """What a draft more costs the verifier's forward: the least-squares slope of the calibrated widths (never
+        below 0); `verify_seconds` is fixed once calibrated."""
+        return max(_slope(self.verify_seconds), 0.0)
+
     def step_costs(self, width: int) -> list[float]:
         """What going from j to j + 1 drafts costs an iteration, j = 1..`width` - 1: the median of that step's own
         readings once there are `_MIN_PER_DRAFT_READINGS` (steps differ: a kernel may change with the rows fed, and
@@ -202,18 +209,22 @@ class IterationCostTable:
         by_step: dict[int, list[float]] = {}
         for step, reading in self.per_draft_recent:
             by_step.setdefault(step, []).append(reading)
-        overall = self.per_draft
+        overall = None
         costs = []
         for step in range(1, width):
             readings = by_step.get(step, ())
-            costs.append(self._median_cost(readings) if len(readings) >= _MIN_PER_DRAFT_READINGS else overall)
+            if len(readings) >= _MIN_PER_DRAFT_READINGS:
+                costs.append(self._median_cost(readings))
+                continue
+            if overall is None:  # only where some step lacks readings of its own
+                overall = self.per_draft
+            costs.append(overall)
         return costs
 
     def _median_cost(self, readings: Sequence[float]) -> float:
-        forward = max(_slope(self.verify_seconds), 0.0)
         if len(readings) < _MIN_PER_DRAFT_READINGS:
-            return forward
-        return max(statistics.median(readings), forward)
+            return self.forward_per_draft
+        return max(statistics.median(readings), self.forward_per_draft)
 
     def iteration_seconds(self, width: int | None = None) -> list[float]:
         """What an iteration verifying k drafts costs, k = 0..`width` (default: the largest k of the table).
@@ -221,9 +232,9 @@ class IterationCostTable:
         A plain iteration costs the lower quartile of the recent plain ones (a slow moment only ever adds time; with
         few readings, the least); a drafting one a base (its cost at k = 1) plus the `step_costs` up to its k, the base
         the lower quartile of the recent drafting iterations' times less their steps'; the plain cost and the base
-        are never less than the calibrated plain forward (a drafting iteration runs at least that). Unseen, a plain iteration costs
-        the calibrated forward alone, and a drafting iteration's base what a plain one costs: both optimistic, so that
-        each kind gets tried.
+        are never less than the calibrated plain forward (an iteration of either kind runs at least that). Unseen, a
+        plain iteration costs the calibrated forward alone, and a drafting iteration's base what a plain one costs:
+        both optimistic, so that each kind gets tried.
         """
         width = len(self.verify_seconds) - 1 if width is None else width
         plain = _lower_quartile(self.plain_recent)
@@ -234,13 +245,12 @@ class IterationCostTable:
             offsets.append(offsets[-1] + cost)
         base = _lower_quartile([seconds - offsets[k - 1] for k, seconds in self.drafting_recent])
         base = plain if base is None else base
-        # neither below the calibrated plain forward (an iteration of either kind runs at least that), floored alike
         floor = self.verify_seconds[0]
         plain, base = max(plain, floor), max(base, floor)
         return [plain] + [base + offsets[k - 1] for k in range(1, width + 1)]
 
     def observe(self, k: int, seconds: float, previous: tuple[int, float] | None = None) -> tuple[int, float] | None:
-        """Record one timed iteration that verified `k` drafts, and, with the `previous` drafting iteration's
+        """Record one timed iteration that chose `k` drafts, and, with the `previous` drafting iteration's
         `(k, seconds)` (the one just before it) when the two k differ by one, a reading of what a draft costs.
 
         Returns:
