@@ -23,7 +23,7 @@ import torch
 from _common import GREEDY_KWARGS, add_demo_pair_arguments, load_demo_pair, print_header, read_sources, with_range
 from transformers import AutoTokenizer, DynamicCache, EncoderDecoderCache
 
-from specdec_hf import SpecDrafterAdapter, speculative_generate
+from specdec_hf import SpecDrafterAdapter, prepack_where_faster, speculative_generate
 from specdec_hf.evaluation import ModuleTimer, TimedDrafter
 from specdec_hf.evaluation.interleaved import interleave, rotation
 
@@ -150,12 +150,20 @@ def main() -> None:
     parser.add_argument(
         "--prepack_linear", action="store_true", help="Both models through specdec_hf.prepack_linear_layers."
     )
+    parser.add_argument(
+        "--prepack_where_faster",
+        action="store_true",
+        help="Both models through specdec_hf.prepack_where_faster (the drafter after the verifier), as the main job.",
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     print_header(args.repeats)
 
     verifier, drafter = load_demo_pair(args, prepack=args.prepack_linear, attn_implementation=args.attn_implementation)
+    if args.prepack_where_faster:
+        for choice in prepack_where_faster(verifier) + prepack_where_faster(drafter, runs_after=verifier):
+            print(choice.describe())
     tokenizer = AutoTokenizer.from_pretrained(args.verifier)
     sources = read_sources(args.data, tokenizer, args.limit)
 
@@ -164,7 +172,8 @@ def main() -> None:
     greedy_per_token = [total / greedy_tokens for total in run_totals(parts["greedy"])]
     print(
         f"\nverifier {args.verifier} ({args.dtype}, attention {verifier.config._attn_implementation}"
-        f"{', linear layers prepacked' if args.prepack_linear else ''}), drafter "
+        f"{', linear layers prepacked' if args.prepack_linear else ''}"
+        f"{', kernels where faster' if args.prepack_where_faster else ''}), drafter "
         f"{args.drafter} ({args.drafter_dtype}), k={args.num_draft_tokens}, batch 1, {len(sources)} sentences; "
         f"greedy costs {with_range(greedy_per_token, 2, 1e3)} ms per token"
     )

@@ -13,27 +13,47 @@ where oneDNN happened to win), calls with more rows than the last measured count
 where oneDNN does not win at the last count goes back to `nn.Linear`. Float32 layers whose weights hold float16 values
 only are measured on FBGEMM's float16-weight kernel as well (`PrepackedLinear.kernel`); of the packed kernels that
 win, a signature keeps the one whose calls cost least over the measured row counts (`nn.Linear`'s below its rows).
+
+Timing a layer alone, warm in the caches, misses what the model's weights cost together: a verifier whose float32
+decoder overflows the CPU's last-level cache but whose float16 copy fits it runs every layer faster on the float16
+kernel, although each layer alone, warm, is faster on `nn.Linear`; a drafter called right after the verifier finds
+its weights evicted. So the per-layer choice is then checked against the whole model: the layers a decoding step runs
+(`step_layers`: the decoder and the output embeddings) swept in module order, each sweep right after the previous one
+or, for a model that runs between another's steps (`runs_after`: a drafter after its verifier), right after a sweep
+of that model's step layers, under the per-layer choice and with every layer that can take it on the float16 kernel
+from one row, interleaved at each row count; the assignment whose sweeps cost less relative to the other's, summed
+over the row counts, is kept.
 """
 
 from __future__ import annotations
 
+import functools
 import statistics
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import nn
+from transformers import DynamicCache, EncoderDecoderCache
 
 from .prepacked_linear import FP16_WEIGHTS, ONEDNN, PrepackedLinear, _onednn_operators, prepack_linear_layers
 
-__all__ = ["DEFAULT_ROWS", "KernelChoice", "kernel_choices_to_json", "prepack_where_faster"]
+__all__ = ["DEFAULT_ROWS", "KernelChoice", "kernel_choices_to_json", "prepack_where_faster", "step_layers"]
 
 # a greedy step, verifications of k = 1, 4 and 8, and batched calls (the rows of every call are batch x positions)
 DEFAULT_ROWS = (1, 2, 5, 9, 16, 32)
 
 # (layer, rows) -> (seconds per call of nn.Linear's kernel, seconds per call of the layer's packed `kernel`)
 Measure = Callable[[PrepackedLinear, int], tuple[float, float]]
+# a layer's kernel and the rows from which it runs; (ONEDNN, _NEVER): nn.Linear's kernel at any row count
+LayerSetting = tuple[str, int]
+# (the model's layers in module order, rows, assignments: one setting per layer each) -> seconds of one sweep under
+# each assignment
+SweepMeasure = Callable[[list[PrepackedLinear], int, Sequence[list[LayerSetting]]], list[float]]
+
+_NEVER = sys.maxsize
 
 
 @dataclass(frozen=True)
@@ -49,6 +69,8 @@ class KernelChoice:
             layer's dtype, or a layer none would run).
         min_rows (`int` or `None`): Prepacked from this many rows on; `None`: the layers are `nn.Linear` again.
         kernel (`str` or `None`): The packed kernel (`"onednn"` or `"fp16_weights"`); `None` with `min_rows`.
+        chosen_by (`str`): `"layer"` (the signature's layers timed alone) or `"whole model"` (the float16 kernel kept
+            because the model's layers swept together ran faster on it).
     """
 
     in_features: int
@@ -61,12 +83,15 @@ class KernelChoice:
     prepacked_seconds: tuple[float, ...]
     min_rows: int | None
     kernel: str | None = None
+    chosen_by: str = "layer"
 
     def describe(self) -> str:
         """One line: the signature, the layer count and the choice."""
         if self.min_rows is not None:
             name = "float16 weights (FBGEMM)" if self.kernel == FP16_WEIGHTS else "prepacked for oneDNN"
             choice = f"{name} from {self.min_rows} row(s)"
+            if self.chosen_by != "layer":
+                choice += f" (chosen by timing the {self.chosen_by})"
         else:
             choice = "nn.Linear" + ("" if self.plain_seconds else " (not measured: no packed kernel for it here)")
         dtype = str(self.dtype).removeprefix("torch.")
@@ -86,6 +111,7 @@ class KernelChoice:
             "prepacked_us": [round(seconds * 1e6, 2) for seconds in self.prepacked_seconds],
             "min_rows": self.min_rows,
             "kernel": self.kernel,
+            "chosen_by": self.chosen_by,
         }
 
 
@@ -95,11 +121,16 @@ def kernel_choices_to_json(choices_by_model: dict[str, list[KernelChoice]]) -> d
 
 
 def prepack_where_faster(
-    model: nn.Module, rows: Sequence[int] = DEFAULT_ROWS, measure: Measure | None = None
+    model: nn.Module,
+    rows: Sequence[int] = DEFAULT_ROWS,
+    measure: Measure | None = None,
+    measure_sweeps: SweepMeasure | None = None,
+    runs_after: nn.Module | None = None,
 ) -> list[KernelChoice]:
     """Prepack `model`'s linear layers (`prepack_linear_layers`), then keep each signature on the packed kernel
     (oneDNN, or float16 weights where the weights are float16 values) measured faster than `nn.Linear` here, from
-    the row count on where it wins.
+    the row count on where it wins; then, where some layers could take the float16 kernel, keep it on all of them from
+    one row if the model's layers swept together cost less so (the module docstring says why).
 
     Call it after `torch.set_num_threads`, on the device and in the dtype the model will run in: the choice is made
     for them. A layer kept prepacked has its `kernel` and `min_rows` set (calls with fewer rows take `nn.Linear`'s
@@ -117,6 +148,13 @@ def prepack_where_faster(
             per row count and packed kernel with the layer's `kernel` set to it; by default both are timed on a
             random input, under `torch.inference_mode`, in interleaved rounds (about 850 calls per signature and
             kernel: well under a second for the demo pair's layers, longer for large ones).
+        measure_sweeps (`Callable`, *optional*): `(layers, rows, assignments) -> seconds per sweep under each`, the
+            layers in module order and each assignment one `(kernel, min_rows)` per layer; by default each
+            assignment's sweep is timed in interleaved rounds (about 100 sweeps in all at the default row counts:
+            about half a second for the demo verifier), each right after a sweep of `runs_after`'s where given.
+        runs_after (`nn.Module`, *optional*): The model whose steps alternate with this one's in decoding (for a
+            drafter, its verifier, prepacked first): its step layers run before each timed sweep, as its forward
+            runs before each drafter call, and leave in the caches what it does.
 
     Returns:
         `list[KernelChoice]`: one per signature, in the order the model's modules first show it.
@@ -130,8 +168,13 @@ def prepack_where_faster(
     if not rows or any(count < 1 for count in rows) or list(rows) != sorted(set(rows)):
         raise ValueError(f"`rows` must be increasing row counts of at least 1, got {rows}")
     measure = measure or _time_both_kernels
+    if measure_sweeps is None and runs_after is None and _decodes_steps(model):
+        measure_sweeps = functools.partial(_time_decoder_steps, model)
+    elif measure_sweeps is None:
+        partner = None if runs_after is None else step_layers(runs_after)
+        measure_sweeps = functools.partial(_time_sweeps, runs_after=partner)
     prepack_linear_layers(model)
-    groups: dict[tuple, list[PrepackedLinear]] = {}
+    groups: dict[tuple, list[PrepackedLinear]] = {}  # by signature, each in the model's module order
     for module in model.modules():
         if type(module) is PrepackedLinear:  # not subclasses, which may compute something else
             # layers of one shape whose weights are float16 values and layers whose are not choose apart
@@ -144,26 +187,82 @@ def prepack_where_faster(
             )
             groups.setdefault(key, []).append(module)
     # every signature decided before any layer changes: a measurement that raises leaves the model as prepacked
-    decided = [(key, layers, *_measure_signature(layers[0], rows, measure)) for key, layers in groups.items()]
+    decided = {key: _measure_signature(layers[0], rows, measure) for key, layers in groups.items()}
+    swept = [module for module in step_layers(model) if type(module) is PrepackedLinear]
+    whole_model = _fp16_everywhere_if_faster(swept, groups, decided, rows, measure_sweeps)
     choices = []
-    for (in_features, out_features, bias, dtype, _), layers, plain, prepacked, min_rows, kernel in decided:
+    for key, layers in groups.items():
+        in_features, out_features, bias, dtype, _ = key
+        plain, prepacked, min_rows, kernel, _ = decided[key]
+        chosen_by = "layer"
+        if key in whole_model:
+            prepacked, min_rows, kernel, chosen_by = whole_model[key], 1, FP16_WEIGHTS, "whole model"
         for layer in layers:
             if min_rows is None:
                 layer.to_linear()
             else:
                 layer.min_rows, layer.kernel = min_rows, kernel
         choices.append(
-            KernelChoice(in_features, out_features, bias, dtype, len(layers), rows, plain, prepacked, min_rows, kernel)
+            KernelChoice(
+                in_features,
+                out_features,
+                bias,
+                dtype,
+                len(layers),
+                rows,
+                plain,
+                prepacked,
+                min_rows,
+                kernel,
+                chosen_by,
+            )
         )
     return choices
 
 
+def _fp16_everywhere_if_faster(
+    swept: list[PrepackedLinear],
+    groups: dict[tuple, list[PrepackedLinear]],
+    decided: dict[tuple, tuple],
+    rows: tuple[int, ...],
+    measure_sweeps: SweepMeasure,
+) -> dict[tuple, tuple[float, ...]]:
+    """The signatures to move to the float16 kernel from one row, each with its per-layer seconds on it: those that
+    can take it, when the model's layers swept under that assignment cost less than under the per-signature choice
+    (relative costs summed over `rows`); none when no signature would change."""
+    key_of = {id(layer): key for key, group in groups.items() for layer in group}
+    # only signatures a step runs: the sweep says nothing about the others
+    stepping = {key_of[id(layer)] for layer in swept}
+    movable = {
+        key: fp16_seconds
+        for key, (*_, min_rows, kernel, fp16_seconds) in decided.items()
+        if key in stepping and fp16_seconds and (kernel, min_rows) != (FP16_WEIGHTS, 1)
+    }
+    if not movable:
+        return {}
+    chosen, everywhere = [], []
+    for layer in swept:
+        key = key_of[id(layer)]
+        _, _, min_rows, kernel, _ = decided[key]
+        setting = (ONEDNN, _NEVER) if min_rows is None else (kernel, min_rows)
+        chosen.append(setting)
+        everywhere.append((FP16_WEIGHTS, 1) if key in movable else setting)
+    try:
+        with torch.inference_mode():
+            seconds = [measure_sweeps(swept, count, (chosen, everywhere)) for count in rows]
+    finally:
+        for layer in swept:  # as prepacked: the caller applies the choice
+            layer.kernel, layer.min_rows = ONEDNN, 1
+    relative = sum(fp16 / per_layer for per_layer, fp16 in seconds)
+    return movable if relative < len(rows) else {}
+
+
 def _measure_signature(
     layer: PrepackedLinear, rows: tuple[int, ...], measure: Measure
-) -> tuple[tuple[float, ...], tuple[float, ...], int | None, str | None]:
+) -> tuple[tuple[float, ...], tuple[float, ...], int | None, str | None, tuple[float, ...]]:
     """`nn.Linear`'s and the chosen packed kernel's seconds per call at each row count, the chosen `min_rows` and
-    kernel; nothing measured (and `None`) where no packed kernel would run this layer, before or after the
-    measurement. Each kernel that runs the layer is measured (oneDNN, then float16 weights); of those that win at
+    kernel, and the float16 kernel's seconds (empty where it does not run the layer); nothing measured (and `None`)
+    where no packed kernel would run this layer, before or after the measurement. Each kernel that runs the layer is measured (oneDNN, then float16 weights); of those that win at
     the last count, the one costing least over the measured counts is chosen (oneDNN on a tie)."""
     measured = []
     try:
@@ -178,7 +277,8 @@ def _measure_signature(
     finally:
         layer.kernel = ONEDNN
     if not measured:
-        return (), (), None, None
+        return (), (), None, None, ()
+    fp16_seconds = next((entry[2] for entry in measured if entry[0] == FP16_WEIGHTS), ())
     # one nn.Linear baseline for every kernel (each was timed beside it), so that their comparison shares it
     plain = tuple(min(entry[1][index] for entry in measured) for index in range(len(rows)))
     best = None
@@ -192,9 +292,9 @@ def _measure_signature(
         if best is None or cost < best[0]:
             best = (cost, kernel, packed, min_rows)
     if best is None:  # no packed kernel wins: report the first measured
-        return plain, measured[0][2], None, None
+        return plain, measured[0][2], None, None, fp16_seconds
     _, kernel, packed, min_rows = best
-    return plain, packed, min_rows, kernel
+    return plain, packed, min_rows, kernel, fp16_seconds
 
 
 def _runs(layer: PrepackedLinear, kernel: str) -> bool:
@@ -239,3 +339,114 @@ def _time_both_kernels(layer: PrepackedLinear, rows: int, rounds: int = 7, calls
                 kernels[which]()
             totals[which].append((time.perf_counter() - start) / calls)
     return statistics.median(totals[0]), statistics.median(totals[1])
+
+
+def step_layers(model: nn.Module) -> list[nn.Linear]:
+    """The linear layers one decoding step of `model` runs, in module order: its decoder's and its output
+    embeddings' where it has a decoder (`get_decoder()`), else every linear layer (the encoder of an
+    encoder-decoder model runs once per `generate()` call, not per step)."""
+    get_decoder = getattr(model, "get_decoder", None)
+    decoder = get_decoder() if callable(get_decoder) else None
+    if not isinstance(decoder, nn.Module) or decoder is model:
+        return [module for module in model.modules() if isinstance(module, nn.Linear)]
+    parts = [decoder]
+    output_embeddings = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if isinstance(output_embeddings, nn.Module):
+        parts.append(output_embeddings)
+    seen: set[int] = set()
+    layers = []
+    for part in parts:
+        for module in part.modules():
+            if isinstance(module, nn.Linear) and id(module) not in seen:
+                seen.add(id(module))
+                layers.append(module)
+    return layers
+
+
+def _time_sweeps(
+    layers: list[PrepackedLinear],
+    rows: int,
+    assignments: Sequence[list[LayerSetting]],
+    runs_after: list[nn.Linear] | None = None,
+    rounds: int = 7,
+) -> list[float]:
+    """Median seconds of one pass over `layers` (each on a `(1, rows, in_features)` input) under each assignment, in
+    `rounds` interleaved rounds (the order rotating per round), each pass right after one over `runs_after` (the
+    layers of the model that runs between this one's steps) where given, else right after the previous pass."""
+    generator = torch.Generator().manual_seed(rows)
+
+    def inputs_of(modules: list[nn.Linear]) -> list[torch.Tensor]:
+        return [
+            torch.randn(1, rows, module.in_features, generator=generator).to(module.weight.dtype) for module in modules
+        ]
+
+    inputs, partner_inputs = inputs_of(layers), inputs_of(runs_after or [])
+
+    def sweep(assignment: list[LayerSetting]) -> float:
+        for layer, (kernel, min_rows) in zip(layers, assignment, strict=True):
+            layer.kernel, layer.min_rows = kernel, min_rows
+        for module, features in zip(runs_after or [], partner_inputs, strict=True):
+            module(features)
+        start = time.perf_counter()
+        for layer, features in zip(layers, inputs, strict=True):
+            PrepackedLinear.forward(layer, features)
+        return time.perf_counter() - start
+
+    for assignment in assignments:  # the warm-up also packs the weights
+        sweep(assignment)
+    totals: list[list[float]] = [[] for _ in assignments]
+    for round_index in range(rounds):
+        shift = round_index % len(assignments)
+        for which in [*range(shift, len(assignments)), *range(shift)]:
+            totals[which].append(sweep(assignments[which]))
+    return [statistics.median(values) for values in totals]
+
+
+def _decodes_steps(model: nn.Module) -> bool:
+    """Whether `model` is a transformers encoder-decoder model whose decoding steps `_time_decoder_steps` can run:
+    its forward taking `encoder_outputs`, `decoder_input_ids` and a `cache`, as the speculative loop calls it."""
+    config = getattr(model, "config", None)
+    return bool(getattr(config, "is_encoder_decoder", False)) and callable(getattr(model, "get_encoder", None))
+
+
+def _time_decoder_steps(
+    model: nn.Module,
+    layers: list[PrepackedLinear],
+    rows: int,
+    assignments: Sequence[list[LayerSetting]],
+    rounds: int = 7,
+    calls: int = 5,
+) -> list[float]:
+    """Median seconds of one decoder forward of `rows` new tokens over a 16-token cache (the model's own forward, LM
+    head included, as a greedy step or a verification runs it) under each assignment of `layers`, on a random
+    32-token source, in `rounds` interleaved rounds of `calls` forwards (the order rotating per round)."""
+    generator = torch.Generator().manual_seed(rows)
+    vocab_size = model.config.get_text_config(decoder=True).vocab_size
+    device = next(model.parameters()).device
+
+    def ids(length: int) -> torch.LongTensor:
+        # ordinary pieces: low ids are often special tokens
+        return torch.randint(min(4, vocab_size - 1), vocab_size, (1, length), generator=generator).to(device)
+
+    encoder_outputs = model.get_encoder()(input_ids=ids(32))
+    cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+    model(encoder_outputs=encoder_outputs, decoder_input_ids=ids(16), cache=cache, use_cache=True)
+    step_ids = ids(rows)
+
+    def timed(assignment: list[LayerSetting]) -> float:
+        for layer, (kernel, min_rows) in zip(layers, assignment, strict=True):
+            layer.kernel, layer.min_rows = kernel, min_rows
+        start = time.perf_counter()
+        for _ in range(calls):
+            model(encoder_outputs=encoder_outputs, decoder_input_ids=step_ids, cache=cache, use_cache=True)
+            cache.crop(-rows)
+        return (time.perf_counter() - start) / calls
+
+    for assignment in assignments:  # the warm-up also packs the weights
+        timed(assignment)
+    totals: list[list[float]] = [[] for _ in assignments]
+    for round_index in range(rounds):
+        shift = round_index % len(assignments)
+        for which in [*range(shift, len(assignments)), *range(shift)]:
+            totals[which].append(timed(assignments[which]))
+    return [statistics.median(values) for values in totals]

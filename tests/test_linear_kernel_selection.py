@@ -9,7 +9,15 @@ import torch
 from conftest import build_verifier, make_source_batch
 from torch import nn
 
-from specdec_hf import KernelChoice, PrepackedLinear, SpecDrafterModel, prepack_where_faster, speculative_generate
+from specdec_hf import (
+    KernelChoice,
+    PrepackedLinear,
+    SpecDrafterModel,
+    linear_kernel_selection,
+    prepack_linear_layers,
+    prepack_where_faster,
+    speculative_generate,
+)
 from specdec_hf import prepacked_linear as prepacked_linear_module
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this PyTorch build has no oneDNN")
@@ -232,6 +240,18 @@ def _measure_by_kernel(seconds: dict[str, float], calls: list | None = None):
     return measure
 
 
+def _sweeps_costing(chosen: float, everywhere: float, calls: list | None = None):
+    """A whole-model sweep costing `chosen` seconds under the per-signature choice and `everywhere` with the float16
+    kernel on every layer that can take it."""
+
+    def measure_sweeps(layers, rows, assignments):
+        if calls is not None:
+            calls.append((list(layers), rows, [list(assignment) for assignment in assignments]))
+        return [chosen, everywhere]
+
+    return measure_sweeps
+
+
 def test_float16_valued_layers_keep_the_packed_kernel_measured_cheaper(counted_fp16_calls):
     model = _float16_valued(_model())
     reference = copy.deepcopy(model)
@@ -244,9 +264,12 @@ def test_float16_valued_layers_keep_the_packed_kernel_measured_cheaper(counted_f
     with torch.no_grad():
         torch.testing.assert_close(model(inputs), reference(inputs), rtol=1e-5, atol=1e-5)
     assert len(counted_fp16_calls) == 3  # every layer ran on it
-    if _prepacked_here(torch.float32):  # and oneDNN where it is the cheaper one
+    if _prepacked_here(torch.float32):  # and oneDNN where it is the cheaper one, the whole model agreeing
         choices = prepack_where_faster(
-            model, rows=ROWS, measure=_measure_by_kernel({"onednn": 1.0, "fp16_weights": 1.5})
+            model,
+            rows=ROWS,
+            measure=_measure_by_kernel({"onednn": 1.0, "fp16_weights": 1.5}),
+            measure_sweeps=_sweeps_costing(chosen=1.0, everywhere=1.0),
         )
         assert [choice.kernel for choice in choices] == ["onednn"] * 2
         assert all(layer.kernel == "onednn" for layer in _linears(model))
@@ -319,3 +342,139 @@ def test_a_failing_measurement_leaves_the_layers_on_onednn(counted_fp16_calls):
     with pytest.raises(RuntimeError, match="timer broke"):
         prepack_where_faster(model, rows=ROWS, measure=measure)
     assert all(layer.kernel == "onednn" for layer in _linears(model))
+
+
+def test_the_whole_model_moves_float16_layers_to_their_kernel_where_its_sweep_is_faster(counted_fp16_calls):
+    """Each layer alone is faster on oneDNN, the model's layers together on float16 weights (a footprint that fits
+    the cache only in float16): the whole model's sweep decides, and every layer is swept in module order."""
+    if not _prepacked_here(torch.float32):
+        pytest.skip("the oneDNN operators do not run float32 here")
+    model = _float16_valued(_model())
+    reference = copy.deepcopy(model)
+    calls = []
+    choices = prepack_where_faster(
+        model,
+        rows=ROWS,
+        measure=_measure_by_kernel({"onednn": 1.0, "fp16_weights": 1.5}),
+        measure_sweeps=_sweeps_costing(chosen=2.0, everywhere=1.0, calls=calls),
+    )
+    assert [(c.kernel, c.min_rows, c.chosen_by) for c in choices] == [("fp16_weights", 1, "whole model")] * 2
+    assert choices[0].prepacked_seconds == (1.5,) * len(ROWS)  # the layer's own timing on the kernel it got
+    assert "(chosen by timing the whole model)" in choices[0].describe()
+    assert choices[0].to_dict()["chosen_by"] == "whole model"
+    assert all(layer.kernel == "fp16_weights" and layer.min_rows == 1 for layer in _linears(model))
+    assert [rows for _, rows, _ in calls] == list(ROWS)
+    layers, _, (chosen, everywhere) = calls[0]
+    assert layers == _linears(model)
+    assert chosen == [("onednn", 1)] * 3 and everywhere == [("fp16_weights", 1)] * 3
+    inputs = torch.randn(2, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(model(inputs), reference(inputs), rtol=1e-5, atol=1e-5)
+    assert len(counted_fp16_calls) == 3
+
+
+def test_the_per_layer_choice_stays_where_the_whole_model_sweep_is_not_faster(counted_fp16_calls):
+    if not _prepacked_here(torch.float32):
+        pytest.skip("the oneDNN operators do not run float32 here")
+    model = _float16_valued(_model())
+    choices = prepack_where_faster(
+        model,
+        rows=ROWS,
+        measure=_measure_by_kernel({"onednn": 1.0, "fp16_weights": 1.5}),
+        measure_sweeps=_sweeps_costing(chosen=1.0, everywhere=1.0),
+    )
+    assert [(c.kernel, c.chosen_by) for c in choices] == [("onednn", "layer")] * 2
+    assert all(layer.kernel == "onednn" for layer in _linears(model))
+
+
+def test_the_whole_model_sweep_moves_only_float16_valued_layers(counted_fp16_calls):
+    """A layer whose weights are not float16 values keeps its own choice in both sweeps and after them: here
+    nn.Linear, swept as a kernel that never runs from any row count."""
+    model = _model()
+    _float16_valued(model[0])
+    _float16_valued(model[2])
+    calls = []
+
+    def measure(layer, rows):  # nn.Linear wins every layer alone
+        return 1.0, 2.0
+
+    choices = prepack_where_faster(
+        model, rows=ROWS, measure=measure, measure_sweeps=_sweeps_costing(chosen=3.0, everywhere=1.0, calls=calls)
+    )
+    _, _, (chosen, everywhere) = calls[0]
+    assert [kernel for kernel, _ in everywhere] == ["fp16_weights", "fp16_weights", "onednn"]
+    assert chosen[2] == everywhere[2] and chosen[2][1] > 2**40  # nn.Linear's kernel at any row count
+    assert model[0].kernel == model[2].kernel == "fp16_weights"
+    assert type(model[4]) is nn.Linear
+    assert sorted((c.in_features, c.chosen_by) for c in choices) == [
+        (32, "layer"),
+        (32, "whole model"),
+        (48, "whole model"),
+    ]
+
+
+def test_a_failing_sweep_leaves_the_layers_prepacked_on_onednn(counted_fp16_calls):
+    model = _float16_valued(_model())
+
+    def measure_sweeps(layers, rows, assignments):
+        raise RuntimeError("sweep broke")
+
+    with pytest.raises(RuntimeError, match="sweep broke"):
+        prepack_where_faster(model, rows=ROWS, measure=lambda layer, rows: (1.0, 2.0), measure_sweeps=measure_sweeps)
+    assert all(layer.kernel == "onednn" and layer.min_rows == 1 for layer in _linears(model))
+
+
+def test_the_default_sweeps_time_each_assignment_and_leave_outputs_unchanged(counted_fp16_calls):
+    """The default sweep timer on a model without a decoder, alone and after a partner: one positive median per
+    assignment, and the model computes what it did (the kernels it set differ by summation order only)."""
+    model = _float16_valued(_model())
+    reference = copy.deepcopy(model)
+    choices = prepack_where_faster(model, rows=(1, 3), runs_after=_model())
+    assert all(choice.chosen_by in ("layer", "whole model") for choice in choices)
+    layers = [layer for layer in _linears(model) if isinstance(layer, PrepackedLinear)]
+    assignments = ([("onednn", 1 << 62)] * len(layers), [("fp16_weights", 1)] * len(layers))
+    with torch.inference_mode():
+        for partner in (None, _linears(_model())):
+            seconds = linear_kernel_selection._time_sweeps(layers, 2, assignments, runs_after=partner, rounds=2)
+            assert len(seconds) == 2 and all(value > 0 for value in seconds)
+    inputs = torch.randn(4, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(model(inputs), reference(inputs), rtol=1e-5, atol=1e-5)
+
+
+def test_step_layers_are_the_decoders_and_the_heads_in_module_order(family):
+    verifier = build_verifier(family)
+    layers = linear_kernel_selection.step_layers(verifier)
+    decoder_layers = [m for m in verifier.get_decoder().modules() if isinstance(m, nn.Linear)]
+    encoder_layers = {id(m) for m in verifier.get_encoder().modules() if isinstance(m, nn.Linear)}
+    head = verifier.get_output_embeddings()
+    assert layers == decoder_layers + ([head] if head not in decoder_layers else [])
+    assert not encoder_layers & {id(layer) for layer in layers}
+    model = _model()  # no decoder: every linear layer
+    assert linear_kernel_selection.step_layers(model) == _linears(model)
+
+
+def test_an_encoder_decoder_model_is_judged_by_its_own_decoder_steps(family, counted_fp16_calls):
+    """Without a `measure_sweeps` or a partner, a transformers encoder-decoder model's assignments are timed on its
+    own decoder forwards over a cache (one positive median per assignment), and β=1 on the kernels chosen so, the
+    drafter's chosen after the verifier's steps, is still greedy's output."""
+    verifier = _float16_valued(build_verifier(family).eval())
+    assert linear_kernel_selection._decodes_steps(verifier)
+    prepack_linear_layers(verifier)
+    layers = linear_kernel_selection.step_layers(verifier)
+    assignments = ([("onednn", 1 << 62)] * len(layers), [("fp16_weights", 1)] * len(layers))
+    with torch.inference_mode():
+        seconds = linear_kernel_selection._time_decoder_steps(verifier, layers, 3, assignments, rounds=2, calls=2)
+    assert len(seconds) == 2 and all(value > 0 for value in seconds)
+    choices = prepack_where_faster(verifier, rows=(1, 3))
+    assert all(choice.kernel in (None, "onednn", "fp16_weights") for choice in choices)
+    torch.manual_seed(0)
+    drafter = _float16_valued(SpecDrafterModel.from_verifier(verifier, max_draft_tokens=3, decoder_layers=1).eval())
+    prepack_where_faster(drafter, rows=(1, 3), runs_after=verifier)
+    inputs = make_source_batch(2, pad_token_id=verifier.config.pad_token_id)
+    greedy = verifier.generate(**inputs, do_sample=False, max_new_tokens=12)
+    output = verifier.generate(
+        **inputs, do_sample=False, max_new_tokens=12, num_draft_tokens=3, custom_generate=speculative_generate,
+        drafter=drafter,
+    )  # fmt: skip
+    assert torch.equal(output, greedy)

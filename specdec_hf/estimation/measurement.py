@@ -172,7 +172,8 @@ def build_shape_models(
     drafter = recommended_drafter(verifier, max_draft_tokens, settings.drafter_overrides)
     kernel_choices = {}
     if settings.prepack_linear and device.type == "cpu":
-        kernel_choices = {"verifier": prepack_where_faster(verifier), "drafter": prepack_where_faster(drafter)}
+        kernel_choices = {"verifier": prepack_where_faster(verifier)}
+        kernel_choices["drafter"] = prepack_where_faster(drafter, runs_after=verifier)
     generator = torch.Generator().manual_seed(settings.seed)
     low, high = 3, max(4, min(config.vocab_size, 32000) - 1)  # ordinary pieces, not special ids
     sources = []

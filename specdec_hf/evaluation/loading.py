@@ -113,8 +113,10 @@ def load_models(args: EvaluationArguments, device: torch.device) -> EvaluationMo
     for role, model in roles.items():
         model.to(device).eval().requires_grad_(False)
         if args.prepack_linear and not args.check_only:
-            # measured here, after the run's thread count is set: greedy and every strategy get the faster kernel
-            kernel_choices[role] = prepack_where_faster(model)
+            # measured here, after the run's thread count is set: greedy and every strategy get the faster kernel;
+            # a drafter's or an assistant's calls come right after the verifier's forward (prepacked first)
+            partner = None if model is verifier else verifier
+            kernel_choices[role] = prepack_where_faster(model, runs_after=partner)
             logger.info("%s linear layers: %s", role, "; ".join(c.describe() for c in kernel_choices[role]))
     for model in [verifier] + ([assistant] if assistant is not None else []):
         # every strategy passes `max_new_tokens`, which overrides a checkpoint's `max_length`; dropping it (on these
