@@ -147,10 +147,11 @@ def main() -> None:
     parser.add_argument("--attn_implementation", default=None, help="The verifier's (default: transformers').")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
-    parser.add_argument(
+    kernels = parser.add_mutually_exclusive_group()
+    kernels.add_argument(
         "--prepack_linear", action="store_true", help="Both models through specdec_hf.prepack_linear_layers."
     )
-    parser.add_argument(
+    kernels.add_argument(
         "--prepack_where_faster",
         action="store_true",
         help="Both models through specdec_hf.prepack_where_faster (the drafter after the verifier), as the main job.",
@@ -162,8 +163,9 @@ def main() -> None:
 
     verifier, drafter = load_demo_pair(args, prepack=args.prepack_linear, attn_implementation=args.attn_implementation)
     if args.prepack_where_faster:
-        for choice in prepack_where_faster(verifier) + prepack_where_faster(drafter, runs_after=verifier):
-            print(choice.describe())
+        print("verifier: " + "; ".join(choice.describe() for choice in prepack_where_faster(verifier)))
+        choices = prepack_where_faster(drafter, runs_after=verifier)
+        print("drafter: " + "; ".join(choice.describe() for choice in choices))
     tokenizer = AutoTokenizer.from_pretrained(args.verifier)
     sources = read_sources(args.data, tokenizer, args.limit)
 

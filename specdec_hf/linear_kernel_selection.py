@@ -17,12 +17,14 @@ win, a signature keeps the one whose calls cost least over the measured row coun
 Timing a layer alone, warm in the caches, misses what the model's weights cost together: a verifier whose float32
 decoder overflows the CPU's last-level cache but whose float16 copy fits it runs every layer faster on the float16
 kernel, although each layer alone, warm, is faster on `nn.Linear`; a drafter called right after the verifier finds
-its weights evicted. So the per-layer choice is then checked against the whole model: the layers a decoding step runs
-(`step_layers`: the decoder and the output embeddings) swept in module order, each sweep right after the previous one
-or, for a model that runs between another's steps (`runs_after`: a drafter after its verifier), right after a sweep
-of that model's step layers, under the per-layer choice and with every layer that can take it on the float16 kernel
-from one row, interleaved at each row count; the assignment whose sweeps cost less relative to the other's, summed
-over the row counts, is kept.
+its weights evicted. So the per-layer choice is then checked against the whole model, under two assignments of the
+layers a decoding step runs (`_step_layers`: the decoder's and the output embeddings'): the per-layer choice, and
+every signature among them that can take it on the float16 kernel from one row. A transformers encoder-decoder model
+is timed on its own decoder forward of that many new tokens over a cache (as a greedy step or a verification runs
+it); a model that runs between another's steps (`runs_after`: a drafter after its verifier) on a sweep of its step
+layers right after a sweep of that model's. Both are interleaved at each row count, and the float16 assignment is
+kept where its cost relative to the per-layer choice's, summed over the row counts, is below their number. A signature moved so moves all its layers,
+those of an encoder that shares its shape too (they run once per call, on the source's rows, and are not timed).
 """
 
 from __future__ import annotations
@@ -38,9 +40,16 @@ import torch
 from torch import nn
 from transformers import DynamicCache, EncoderDecoderCache
 
-from .prepacked_linear import FP16_WEIGHTS, ONEDNN, PrepackedLinear, _onednn_operators, prepack_linear_layers
+from .prepacked_linear import (
+    FP16_WEIGHTS,
+    ONEDNN,
+    PrepackedLinear,
+    _fp16_weight_operators,
+    _onednn_operators,
+    prepack_linear_layers,
+)
 
-__all__ = ["DEFAULT_ROWS", "KernelChoice", "kernel_choices_to_json", "prepack_where_faster", "step_layers"]
+__all__ = ["DEFAULT_ROWS", "KernelChoice", "kernel_choices_to_json", "prepack_where_faster"]
 
 # a greedy step, verifications of k = 1, 4 and 8, and batched calls (the rows of every call are batch x positions)
 DEFAULT_ROWS = (1, 2, 5, 9, 16, 32)
@@ -49,8 +58,8 @@ DEFAULT_ROWS = (1, 2, 5, 9, 16, 32)
 Measure = Callable[[PrepackedLinear, int], tuple[float, float]]
 # a layer's kernel and the rows from which it runs; (ONEDNN, _NEVER): nn.Linear's kernel at any row count
 LayerSetting = tuple[str, int]
-# (the model's layers in module order, rows, assignments: one setting per layer each) -> seconds of one sweep under
-# each assignment
+# (the model's step layers in module order, rows, assignments: one setting per layer each) -> seconds of a step
+# (a decoder forward or a sweep of the layers) under each assignment
 SweepMeasure = Callable[[list[PrepackedLinear], int, Sequence[list[LayerSetting]]], list[float]]
 
 _NEVER = sys.maxsize
@@ -70,7 +79,7 @@ class KernelChoice:
         min_rows (`int` or `None`): Prepacked from this many rows on; `None`: the layers are `nn.Linear` again.
         kernel (`str` or `None`): The packed kernel (`"onednn"` or `"fp16_weights"`); `None` with `min_rows`.
         chosen_by (`str`): `"layer"` (the signature's layers timed alone) or `"whole model"` (the float16 kernel kept
-            because the model's layers swept together ran faster on it).
+            because the model's decoding steps, or its step layers after its partner's, ran faster with it).
     """
 
     in_features: int
@@ -129,8 +138,9 @@ def prepack_where_faster(
 ) -> list[KernelChoice]:
     """Prepack `model`'s linear layers (`prepack_linear_layers`), then keep each signature on the packed kernel
     (oneDNN, or float16 weights where the weights are float16 values) measured faster than `nn.Linear` here, from
-    the row count on where it wins; then, where some layers could take the float16 kernel, keep it on all of them from
-    one row if the model's layers swept together cost less so (the module docstring says why).
+    the row count on where it wins; then, where some signatures of the layers a decoding step runs could take the
+    float16 kernel, move them all to it from one row if the model's steps cost less so (the module docstring says
+    how it is timed and why).
 
     Call it after `torch.set_num_threads`, on the device and in the dtype the model will run in: the choice is made
     for them. A layer kept prepacked has its `kernel` and `min_rows` set (calls with fewer rows take `nn.Linear`'s
@@ -148,10 +158,12 @@ def prepack_where_faster(
             per row count and packed kernel with the layer's `kernel` set to it; by default both are timed on a
             random input, under `torch.inference_mode`, in interleaved rounds (about 850 calls per signature and
             kernel: well under a second for the demo pair's layers, longer for large ones).
-        measure_sweeps (`Callable`, *optional*): `(layers, rows, assignments) -> seconds per sweep under each`, the
-            layers in module order and each assignment one `(kernel, min_rows)` per layer; by default each
-            assignment's sweep is timed in interleaved rounds (about 100 sweeps in all at the default row counts:
-            about half a second for the demo verifier), each right after a sweep of `runs_after`'s where given.
+        measure_sweeps (`Callable`, *optional*): `(layers, rows, assignments) -> seconds under each assignment`, the
+            step layers in module order and each assignment one `(kernel, min_rows)` per layer (it replaces the
+            default timing, `runs_after` included). By default, a transformers encoder-decoder model without
+            `runs_after` is timed on its own decoder forwards over a cache (7 rounds of 5 timed forwards per assignment
+            and row count: about 2 to 4 s for the demo verifier at the default row counts, more for larger models),
+            any other on sweeps of its step layers.
         runs_after (`nn.Module`, *optional*): The model whose steps alternate with this one's in decoding (for a
             drafter, its verifier, prepacked first): its step layers run before each timed sweep, as its forward
             runs before each drafter call, and leave in the caches what it does.
@@ -163,16 +175,18 @@ def prepack_where_faster(
         ValueError: when `rows` is empty, not increasing or holds a count below 1; and as `prepack_linear_layers`
             (a layer's weight off the CPU).
         RuntimeError: as `prepack_linear_layers`, when this PyTorch build has no oneDNN.
+
+    A measurement that raises leaves every layer prepacked, on oneDNN, from one row (as `prepack_linear_layers`).
     """
     rows = tuple(rows)
     if not rows or any(count < 1 for count in rows) or list(rows) != sorted(set(rows)):
         raise ValueError(f"`rows` must be increasing row counts of at least 1, got {rows}")
     measure = measure or _time_both_kernels
-    if measure_sweeps is None and runs_after is None and _decodes_steps(model):
+    if measure_sweeps is None and runs_after is None and _runs_decoder_steps(model):
         measure_sweeps = functools.partial(_time_decoder_steps, model)
     elif measure_sweeps is None:
-        partner = None if runs_after is None else step_layers(runs_after)
-        measure_sweeps = functools.partial(_time_sweeps, runs_after=partner)
+        partner_layers = None if runs_after is None else _step_layers(runs_after)
+        measure_sweeps = functools.partial(_time_sweeps, partner_layers=partner_layers)
     prepack_linear_layers(model)
     groups: dict[tuple, list[PrepackedLinear]] = {}  # by signature, each in the model's module order
     for module in model.modules():
@@ -188,7 +202,7 @@ def prepack_where_faster(
             groups.setdefault(key, []).append(module)
     # every signature decided before any layer changes: a measurement that raises leaves the model as prepacked
     decided = {key: _measure_signature(layers[0], rows, measure) for key, layers in groups.items()}
-    swept = [module for module in step_layers(model) if type(module) is PrepackedLinear]
+    swept = [module for module in _step_layers(model) if type(module) is PrepackedLinear]
     whole_model = _fp16_everywhere_if_faster(swept, groups, decided, rows, measure_sweeps)
     choices = []
     for key, layers in groups.items():
@@ -227,9 +241,10 @@ def _fp16_everywhere_if_faster(
     rows: tuple[int, ...],
     measure_sweeps: SweepMeasure,
 ) -> dict[tuple, tuple[float, ...]]:
-    """The signatures to move to the float16 kernel from one row, each with its per-layer seconds on it: those that
-    can take it, when the model's layers swept under that assignment cost less than under the per-signature choice
-    (relative costs summed over `rows`); none when no signature would change."""
+    """The signatures to move to the float16 kernel from one row, each with its per-layer seconds on it: those of the
+    step layers that can take it, when the model's steps (decoder forwards or sweeps of the step layers) cost less
+    under that assignment than under the per-signature choice (relative costs summed over `rows`, below their
+    number); none when no signature would change."""
     key_of = {id(layer): key for key, group in groups.items() for layer in group}
     # only signatures a step runs: the sweep says nothing about the others
     stepping = {key_of[id(layer)] for layer in swept}
@@ -253,6 +268,8 @@ def _fp16_everywhere_if_faster(
     finally:
         for layer in swept:  # as prepacked: the caller applies the choice
             layer.kernel, layer.min_rows = ONEDNN, 1
+    if _fp16_weight_operators() is None:  # the kernel failed meanwhile: its sweeps ran nn.Linear's computation
+        return {}
     relative = sum(fp16 / per_layer for per_layer, fp16 in seconds)
     return movable if relative < len(rows) else {}
 
@@ -262,8 +279,9 @@ def _measure_signature(
 ) -> tuple[tuple[float, ...], tuple[float, ...], int | None, str | None, tuple[float, ...]]:
     """`nn.Linear`'s and the chosen packed kernel's seconds per call at each row count, the chosen `min_rows` and
     kernel, and the float16 kernel's seconds (empty where it does not run the layer); nothing measured (and `None`)
-    where no packed kernel would run this layer, before or after the measurement. Each kernel that runs the layer is measured (oneDNN, then float16 weights); of those that win at
-    the last count, the one costing least over the measured counts is chosen (oneDNN on a tie)."""
+    where no packed kernel would run this layer, before or after the measurement. Each kernel that runs the layer is
+    measured (oneDNN, then float16 weights); of those that win at the last count, the one costing least over the
+    measured counts is chosen (oneDNN on a tie)."""
     measured = []
     try:
         with torch.inference_mode():  # as evaluate.py decodes
@@ -341,10 +359,13 @@ def _time_both_kernels(layer: PrepackedLinear, rows: int, rounds: int = 7, calls
     return statistics.median(totals[0]), statistics.median(totals[1])
 
 
-def step_layers(model: nn.Module) -> list[nn.Linear]:
-    """The linear layers one decoding step of `model` runs, in module order: its decoder's and its output
-    embeddings' where it has a decoder (`get_decoder()`), else every linear layer (the encoder of an
-    encoder-decoder model runs once per `generate()` call, not per step)."""
+def _step_layers(model: nn.Module) -> list[nn.Linear]:
+    """The linear layers of `model`'s decoding steps, in module order: its decoder's and its output embeddings' where
+    it has a decoder (`get_decoder()`), else every linear layer. Not exactly what a step runs: the encoder of an
+    encoder-decoder model (once per `generate()` call) is left out, the decoder's cross-attention key and value
+    projections (once per call too, cached) are in, and so is nothing outside the decoder that a step may run (a
+    drafter's projection of the verifier's states keeps its per-layer choice, unless a step layer shares its
+    signature)."""
     get_decoder = getattr(model, "get_decoder", None)
     decoder = get_decoder() if callable(get_decoder) else None
     if not isinstance(decoder, nn.Module) or decoder is model:
@@ -367,12 +388,13 @@ def _time_sweeps(
     layers: list[PrepackedLinear],
     rows: int,
     assignments: Sequence[list[LayerSetting]],
-    runs_after: list[nn.Linear] | None = None,
+    partner_layers: list[nn.Linear] | None = None,
     rounds: int = 7,
 ) -> list[float]:
     """Median seconds of one pass over `layers` (each on a `(1, rows, in_features)` input) under each assignment, in
-    `rounds` interleaved rounds (the order rotating per round), each pass right after one over `runs_after` (the
-    layers of the model that runs between this one's steps) where given, else right after the previous pass."""
+    `rounds` interleaved rounds (the order rotating per round), each pass right after one over `partner_layers` (the
+    layers of the model that runs between this one's steps) where given, else right after an untimed pass of its own
+    (which also packs the weights of a kernel the assignment changed)."""
     generator = torch.Generator().manual_seed(rows)
 
     def inputs_of(modules: list[nn.Linear]) -> list[torch.Tensor]:
@@ -380,19 +402,23 @@ def _time_sweeps(
             torch.randn(1, rows, module.in_features, generator=generator).to(module.weight.dtype) for module in modules
         ]
 
-    inputs, partner_inputs = inputs_of(layers), inputs_of(runs_after or [])
+    partner_layers = partner_layers or []
+    inputs, partner_inputs = inputs_of(layers), inputs_of(partner_layers)
+
+    def one_pass(modules: list[nn.Linear], features: list[torch.Tensor]) -> None:
+        for module, batch in zip(modules, features, strict=True):
+            type(module).forward(module, batch)  # without hooks, as the layers' own kernels alone
 
     def sweep(assignment: list[LayerSetting]) -> float:
         for layer, (kernel, min_rows) in zip(layers, assignment, strict=True):
             layer.kernel, layer.min_rows = kernel, min_rows
-        for module, features in zip(runs_after or [], partner_inputs, strict=True):
-            module(features)
+        one_pass(layers, inputs)  # packs a kernel's weights anew where the assignment changed it (one copy per layer)
+        one_pass(partner_layers, partner_inputs)
         start = time.perf_counter()
-        for layer, features in zip(layers, inputs, strict=True):
-            PrepackedLinear.forward(layer, features)
+        one_pass(layers, inputs)
         return time.perf_counter() - start
 
-    for assignment in assignments:  # the warm-up also packs the weights
+    for assignment in assignments:  # a warm-up
         sweep(assignment)
     totals: list[list[float]] = [[] for _ in assignments]
     for round_index in range(rounds):
@@ -402,11 +428,18 @@ def _time_sweeps(
     return [statistics.median(values) for values in totals]
 
 
-def _decodes_steps(model: nn.Module) -> bool:
-    """Whether `model` is a transformers encoder-decoder model whose decoding steps `_time_decoder_steps` can run:
-    its forward taking `encoder_outputs`, `decoder_input_ids` and a `cache`, as the speculative loop calls it."""
+def _runs_decoder_steps(model: nn.Module) -> bool:
+    """Whether `_time_decoder_steps` can time `model`: a transformers encoder-decoder language model reading token ids
+    (its forward takes `encoder_outputs`, `decoder_input_ids` and a `cache`, as the speculative loop calls it); speech
+    and vision encoders, which read no ids, are swept instead."""
     config = getattr(model, "config", None)
-    return bool(getattr(config, "is_encoder_decoder", False)) and callable(getattr(model, "get_encoder", None))
+    return (
+        bool(getattr(config, "is_encoder_decoder", False))
+        and getattr(model, "main_input_name", None) == "input_ids"
+        and callable(getattr(model, "get_encoder", None))
+        and callable(getattr(model, "get_output_embeddings", None))
+        and model.get_output_embeddings() is not None
+    )
 
 
 def _time_decoder_steps(
@@ -417,32 +450,45 @@ def _time_decoder_steps(
     rounds: int = 7,
     calls: int = 5,
 ) -> list[float]:
-    """Median seconds of one decoder forward of `rows` new tokens over a 16-token cache (the model's own forward, LM
+    """Median seconds of one decoder forward of `rows` new tokens over a cache of up to 16 (the model's own forward, LM
     head included, as a greedy step or a verification runs it) under each assignment of `layers`, on a random
-    32-token source, in `rounds` interleaved rounds of `calls` forwards (the order rotating per round)."""
+    32-token source, in `rounds` interleaved rounds of `calls` forwards after an untimed one (the order rotating per
+    round; the untimed forward packs the weights of a kernel the assignment changed)."""
     generator = torch.Generator().manual_seed(rows)
-    vocab_size = model.config.get_text_config(decoder=True).vocab_size
     device = next(model.parameters()).device
 
-    def ids(length: int) -> torch.LongTensor:
+    def ids(embeddings: nn.Module, length: int) -> torch.LongTensor:
+        size = embeddings.num_embeddings
         # ordinary pieces: low ids are often special tokens
-        return torch.randint(min(4, vocab_size - 1), vocab_size, (1, length), generator=generator).to(device)
+        return torch.randint(min(4, size - 1), size, (1, length), generator=generator).to(device)
 
-    encoder_outputs = model.get_encoder()(input_ids=ids(32))
+    max_positions = getattr(model.config, "max_position_embeddings", None)
+    if max_positions is not None and rows >= max_positions:  # no step of that many tokens after one cached
+        return _time_sweeps(layers, rows, assignments, rounds=rounds)
+    encoder, decoder = model.get_encoder(), model.get_decoder()
+    cached, source = (16, 32) if max_positions is None else (min(16, max_positions - rows), min(32, max_positions))
+    encoder_outputs = encoder(input_ids=ids(encoder.get_input_embeddings(), source))
     cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
-    model(encoder_outputs=encoder_outputs, decoder_input_ids=ids(16), cache=cache, use_cache=True)
-    step_ids = ids(rows)
+    decoder_embeddings = decoder.get_input_embeddings()
+    model(
+        encoder_outputs=encoder_outputs, decoder_input_ids=ids(decoder_embeddings, cached), cache=cache, use_cache=True
+    )
+    step_ids = ids(decoder_embeddings, rows)
+
+    def forward() -> None:
+        model(encoder_outputs=encoder_outputs, decoder_input_ids=step_ids, cache=cache, use_cache=True)
+        cache.crop(-rows)
 
     def timed(assignment: list[LayerSetting]) -> float:
         for layer, (kernel, min_rows) in zip(layers, assignment, strict=True):
             layer.kernel, layer.min_rows = kernel, min_rows
+        forward()
         start = time.perf_counter()
         for _ in range(calls):
-            model(encoder_outputs=encoder_outputs, decoder_input_ids=step_ids, cache=cache, use_cache=True)
-            cache.crop(-rows)
+            forward()
         return (time.perf_counter() - start) / calls
 
-    for assignment in assignments:  # the warm-up also packs the weights
+    for assignment in assignments:  # a warm-up
         timed(assignment)
     totals: list[list[float]] = [[] for _ in assignments]
     for round_index in range(rounds):

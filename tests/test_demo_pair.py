@@ -115,7 +115,7 @@ def test_main_job_bfloat16_pass_runs_on_a_few_held_out_rows(tmp_path, monkeypatc
     argv += ["--repeats", "1", "--disable_tqdm", "true"]
     data = run_evaluation(*parse_evaluation_arguments(argv))
     assert data["config"]["evaluation"]["dtype"] == "bfloat16" and data["config"]["evaluation"]["prepack_linear"]
-    assert "on the packed kernels measured faster (prepack_where_faster)" in (tmp_path / "results.md").read_text()
+    assert "on the packed kernels measured faster" in (tmp_path / "results.md").read_text()
     kernels = data["models"]["linear_kernels"]  # the kernel chosen per layer signature, for every model of the run
     assert set(kernels) == {"verifier", "drafter 0"}
     for choice in kernels["verifier"]:

@@ -417,6 +417,7 @@ def test_a_failing_sweep_leaves_the_layers_prepacked_on_onednn(counted_fp16_call
     model = _float16_valued(_model())
 
     def measure_sweeps(layers, rows, assignments):
+        layers[0].kernel, layers[0].min_rows = "fp16_weights", 7  # as a timer does before it fails
         raise RuntimeError("sweep broke")
 
     with pytest.raises(RuntimeError, match="sweep broke"):
@@ -424,19 +425,73 @@ def test_a_failing_sweep_leaves_the_layers_prepacked_on_onednn(counted_fp16_call
     assert all(layer.kernel == "onednn" and layer.min_rows == 1 for layer in _linears(model))
 
 
-def test_the_default_sweeps_time_each_assignment_and_leave_outputs_unchanged(counted_fp16_calls):
-    """The default sweep timer on a model without a decoder, alone and after a partner: one positive median per
-    assignment, and the model computes what it did (the kernels it set differ by summation order only)."""
+@pytest.mark.parametrize(("everywhere", "moved"), [((0.5, 0.5, 1.2, 1.2), True), ((0.5, 1.2, 1.2, 1.2), False)])
+def test_the_whole_model_choice_sums_relative_costs_over_the_row_counts(everywhere, moved, counted_fp16_calls):
+    """Float16 everywhere at half the cost for few rows and 1.2 times it for many: kept where the relative costs sum
+    to less than one per row count (3.4 of 4), not where they do not (4.1)."""
+    if not _prepacked_here(torch.float32):
+        pytest.skip("the oneDNN operators do not run float32 here")
+    relative = dict(zip(ROWS, everywhere, strict=True))
+
+    def measure_sweeps(layers, rows, assignments):
+        return [10.0 * rows, 10.0 * rows * relative[rows]]  # absolute times grow with the rows: ratios decide
+
+    choices = prepack_where_faster(
+        _float16_valued(_model()),
+        rows=ROWS,
+        measure=_measure_by_kernel({"onednn": 1.0, "fp16_weights": 1.5}),
+        measure_sweeps=measure_sweeps,
+    )
+    assert {choice.kernel for choice in choices} == ({"fp16_weights"} if moved else {"onednn"})
+
+
+def test_nothing_moves_when_the_float16_kernel_failed_during_the_sweeps(counted_fp16_calls, monkeypatch):
+    """A float16 kernel disabled mid-sweep timed nn.Linear's computation under its name: no layer moves to it."""
+    if not _prepacked_here(torch.float32):
+        pytest.skip("the oneDNN operators do not run float32 here")
+
+    def measure_sweeps(layers, rows, assignments):
+        monkeypatch.setattr(prepacked_linear_module, "_fp16_operators", None)  # as after a failing call
+        return [2.0, 1.0]
+
     model = _float16_valued(_model())
+    choices = prepack_where_faster(
+        model,
+        rows=ROWS,
+        measure=_measure_by_kernel({"onednn": 1.0, "fp16_weights": 1.5}),
+        measure_sweeps=measure_sweeps,
+    )
+    assert [(choice.kernel, choice.chosen_by) for choice in choices] == [("onednn", "layer")] * 2
+
+
+class _CountedLinear(nn.Linear):
+    """A partner's layer that counts its calls (the sweeps call `forward` directly, without hooks)."""
+
+    calls = 0
+
+    def forward(self, input):
+        _CountedLinear.calls += 1
+        return super().forward(input)
+
+
+def test_the_default_sweeps_run_the_partner_before_each_pass_and_leave_outputs_unchanged(counted_fp16_calls):
+    """The default sweep timer, alone and after a partner: one positive median per assignment, the partner's layers
+    run before every pass (warm-ups included), and the model computes what it did."""
+    model = prepack_linear_layers(_float16_valued(_model()))
     reference = copy.deepcopy(model)
-    choices = prepack_where_faster(model, rows=(1, 3), runs_after=_model())
-    assert all(choice.chosen_by in ("layer", "whole model") for choice in choices)
-    layers = [layer for layer in _linears(model) if isinstance(layer, PrepackedLinear)]
-    assignments = ([("onednn", 1 << 62)] * len(layers), [("fp16_weights", 1)] * len(layers))
+    layers = _linears(model)
+    never = linear_kernel_selection._NEVER
+    assignments = ([("onednn", never)] * len(layers), [("fp16_weights", 1)] * len(layers))
+    partner = [_CountedLinear(32, 32), _CountedLinear(32, 32)]
     with torch.inference_mode():
-        for partner in (None, _linears(_model())):
-            seconds = linear_kernel_selection._time_sweeps(layers, 2, assignments, runs_after=partner, rounds=2)
+        for partner_layers in (None, partner):
+            _CountedLinear.calls = 0
+            seconds = linear_kernel_selection._time_sweeps(
+                layers, 2, assignments, partner_layers=partner_layers, rounds=3
+            )
             assert len(seconds) == 2 and all(value > 0 for value in seconds)
+            expected = 0 if partner_layers is None else len(partner) * (1 + 3) * len(assignments)
+            assert _CountedLinear.calls == expected
     inputs = torch.randn(4, 32)
     with torch.no_grad():
         torch.testing.assert_close(model(inputs), reference(inputs), rtol=1e-5, atol=1e-5)
@@ -444,33 +499,48 @@ def test_the_default_sweeps_time_each_assignment_and_leave_outputs_unchanged(cou
 
 def test_step_layers_are_the_decoders_and_the_heads_in_module_order(family):
     verifier = build_verifier(family)
-    layers = linear_kernel_selection.step_layers(verifier)
+    layers = linear_kernel_selection._step_layers(verifier)
     decoder_layers = [m for m in verifier.get_decoder().modules() if isinstance(m, nn.Linear)]
     encoder_layers = {id(m) for m in verifier.get_encoder().modules() if isinstance(m, nn.Linear)}
     head = verifier.get_output_embeddings()
     assert layers == decoder_layers + ([head] if head not in decoder_layers else [])
     assert not encoder_layers & {id(layer) for layer in layers}
     model = _model()  # no decoder: every linear layer
-    assert linear_kernel_selection.step_layers(model) == _linears(model)
+    assert linear_kernel_selection._step_layers(model) == _linears(model)
 
 
-def test_an_encoder_decoder_model_is_judged_by_its_own_decoder_steps(family, counted_fp16_calls):
+def test_an_encoder_decoder_model_is_judged_by_its_own_decoder_steps(family, counted_fp16_calls, monkeypatch):
     """Without a `measure_sweeps` or a partner, a transformers encoder-decoder model's assignments are timed on its
-    own decoder forwards over a cache (one positive median per assignment), and β=1 on the kernels chosen so, the
-    drafter's chosen after the verifier's steps, is still greedy's output."""
+    own decoder forwards over a cache (one positive median per assignment), a drafter given `runs_after` on sweeps
+    after its partner's, and β=1 on the kernels chosen so is still greedy's output."""
+    if not _prepacked_here(torch.float32):
+        pytest.skip("the oneDNN operators do not run float32 here")
     verifier = _float16_valued(build_verifier(family).eval())
-    assert linear_kernel_selection._decodes_steps(verifier)
-    prepack_linear_layers(verifier)
-    layers = linear_kernel_selection.step_layers(verifier)
-    assignments = ([("onednn", 1 << 62)] * len(layers), [("fp16_weights", 1)] * len(layers))
+    assert linear_kernel_selection._runs_decoder_steps(verifier)
+    onednn_alone = _measure_by_kernel({"onednn": 1.0, "fp16_weights": 1.5})  # so that float16 is left to the model
+    timers = []
+    for name in ("_time_decoder_steps", "_time_sweeps"):
+        timer = getattr(linear_kernel_selection, name)
+
+        def spy(*args, _timer=timer, _name=name, **kwargs):
+            timers.append(_name)
+            return _timer(*args, **kwargs)
+
+        monkeypatch.setattr(linear_kernel_selection, name, spy)
+    prepack_where_faster(verifier, rows=(1, 3), measure=onednn_alone)
+    assert timers and set(timers) == {"_time_decoder_steps"}
+    layers = linear_kernel_selection._step_layers(verifier)
+    prepacked = [layer for layer in layers if isinstance(layer, PrepackedLinear)]
+    never = linear_kernel_selection._NEVER
+    assignments = ([("onednn", never)] * len(prepacked), [("fp16_weights", 1)] * len(prepacked))
     with torch.inference_mode():
-        seconds = linear_kernel_selection._time_decoder_steps(verifier, layers, 3, assignments, rounds=2, calls=2)
+        seconds = linear_kernel_selection._time_decoder_steps(verifier, prepacked, 3, assignments, rounds=2, calls=2)
     assert len(seconds) == 2 and all(value > 0 for value in seconds)
-    choices = prepack_where_faster(verifier, rows=(1, 3))
-    assert all(choice.kernel in (None, "onednn", "fp16_weights") for choice in choices)
     torch.manual_seed(0)
     drafter = _float16_valued(SpecDrafterModel.from_verifier(verifier, max_draft_tokens=3, decoder_layers=1).eval())
-    prepack_where_faster(drafter, rows=(1, 3), runs_after=verifier)
+    timers.clear()
+    prepack_where_faster(drafter, rows=(1, 3), measure=onednn_alone, runs_after=verifier)
+    assert timers and set(timers) == {"_time_sweeps"}
     inputs = make_source_batch(2, pad_token_id=verifier.config.pad_token_id)
     greedy = verifier.generate(**inputs, do_sample=False, max_new_tokens=12)
     output = verifier.generate(
@@ -478,3 +548,28 @@ def test_an_encoder_decoder_model_is_judged_by_its_own_decoder_steps(family, cou
         drafter=drafter,
     )  # fmt: skip
     assert torch.equal(output, greedy)
+
+
+def test_a_model_that_reads_no_token_ids_is_swept_not_stepped():
+    """Speech and vision encoder-decoders (`main_input_name` other than `input_ids`) cannot be given random ids."""
+    verifier = build_verifier("bart")
+    assert linear_kernel_selection._runs_decoder_steps(verifier)
+    verifier.main_input_name = "input_features"
+    assert not linear_kernel_selection._runs_decoder_steps(verifier)
+    assert not linear_kernel_selection._runs_decoder_steps(_model())
+
+
+def test_decoder_steps_fit_the_models_positions():
+    """A model of 8 positions: a 3-token step runs over a shorter cache and source; a step of 8 tokens cannot follow
+    a cached one, and that row count is swept instead."""
+    if not _prepacked_here(torch.float32):
+        pytest.skip("the oneDNN operators do not run float32 here")
+    verifier = prepack_linear_layers(build_verifier("bart", max_position_embeddings=8).eval())
+    layers = linear_kernel_selection._step_layers(verifier)
+    assignments = ([("onednn", linear_kernel_selection._NEVER)] * len(layers), [("onednn", 1)] * len(layers))
+    with torch.inference_mode():
+        for rows in (3, 8):
+            seconds = linear_kernel_selection._time_decoder_steps(
+                verifier, layers, rows, assignments, rounds=1, calls=1
+            )
+            assert len(seconds) == 2 and all(value > 0 for value in seconds)

@@ -77,7 +77,8 @@ class EstimateArguments:
     prepack_linear: bool = field(
         default=True,
         metadata={
-            "help": "On CPU, run linear layers on prepacked oneDNN weights where measured faster (as evaluate.py can)."
+            "help": "On CPU, run linear layers on packed weights (oneDNN, FBGEMM float16) where measured faster, as "
+            "evaluate.py can (`specdec_hf.prepack_where_faster`)."
         },
     )
     drafter_config: dict | None = field(

@@ -126,8 +126,9 @@ class EvaluationArguments:
         metadata={
             "help": "CPU only: run the linear layers of every model on weights packed once for a faster kernel "
             "(oneDNN's, or FBGEMM's float16 GEMM for float32 layers whose weights are float16 values) where that is "
-            "measured faster on this machine, per layer signature and row count (`specdec_hf.prepack_where_faster`; "
-            "the choices are in results.json). Greedy and every other strategy run on the same models."
+            "measured faster on this machine, per layer signature and row count, then for the model's decoding steps "
+            "as a whole (`specdec_hf.prepack_where_faster`; the choices are in results.json). Greedy and every other "
+            "strategy run on the same models."
         },
     )
     num_threads: int | None = field(default=None, metadata={"help": "torch CPU threads (default: torch's)."})

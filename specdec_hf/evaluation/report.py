@@ -161,7 +161,7 @@ def write_report(data: dict[str, Any], args, output_dir: Path) -> None:
         f"# {args.verifier_name_or_path} on {data['data']['description']}: {data['data']['num_samples']} rows, "
         f"batch size {args.batch_size}, max_new_tokens {args.max_new_tokens}, {environment['device']} "
         f"({environment['device_name']}, {environment['num_threads']} threads, {environment['dtype']}"
-        f"{', linear layers on the packed kernels measured faster (prepack_where_faster)' if args.prepack_linear else ''}); "
+        f"{', linear layers on the packed kernels measured faster' if args.prepack_linear else ''}); "
         f"timing: {data['timing']['scheme']}\n"
     )
     footer = ""
