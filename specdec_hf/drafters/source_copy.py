@@ -19,7 +19,13 @@ from ..auto_draft_length import AUTO
 from ..drafting import Drafter, DraftProposal, validate_drafter
 from ..generation.spec_drafter_adapter import as_drafter
 
-__all__ = ["CopyOrFallbackProposal", "SourceCopyDrafter", "SourceCopyState", "find_source_continuations"]
+__all__ = [
+    "CopyOrFallbackProposal",
+    "SourceCopyDrafter",
+    "SourceCopyState",
+    "SourceNgramIndex",
+    "find_source_continuations",
+]
 
 # the default k of a copy without a fallback, and its largest k where k is chosen as decoding runs
 _DEFAULT_DRAFT_TOKENS = 8
@@ -31,10 +37,47 @@ def _is_positive_int(value) -> bool:
 
 @dataclass
 class SourceCopyState:
-    """Per-`generate()` state: the source ids (`-1` at padding, which never matches) and the fallback's state."""
+    """Per-`generate()` state: the source ids (`-1` at padding, which never matches), the fallback's state, and, for a
+    source on the CPU, each row's index of its n-grams (`SourceNgramIndex`)."""
 
     source_ids: torch.LongTensor
     fallback_state: Any = None
+    ngram_indexes: list[SourceNgramIndex] | None = None
+
+
+class SourceNgramIndex:
+    """One source row's n-grams, each mapped to the position after its first occurrence that has a token after it:
+    what `find_source_continuations` searches for at every iteration, looked up in a dictionary built once per
+    `generate()` call (on the CPU a handful of small tensor operations per n-gram size cost more than the lookup).
+
+    Args:
+        source_ids (`list[int]`): The row's source ids, `-1` at padding (never part of an n-gram).
+        min_ngram_size, max_ngram_size (`int`): The n-gram sizes indexed.
+    """
+
+    def __init__(self, source_ids: list[int], min_ngram_size: int, max_ngram_size: int):
+        self.source_ids = source_ids
+        self.sizes = range(max_ngram_size, min_ngram_size - 1, -1)
+        length = len(source_ids)
+        self.starts: dict[tuple[int, ...], int] = {}  # n-gram -> where its continuation starts
+        for size in self.sizes:
+            # windows with a token after them; the first occurrence wins (setdefault keeps it)
+            for start in range(length - size):
+                gram = tuple(source_ids[start : start + size])
+                if -1 not in gram:
+                    self.starts.setdefault(gram, start + size)
+
+    def continuation(self, prefix: list[int], num_tokens: int) -> list[int]:
+        """The up to `num_tokens` source tokens after the longest indexed n-gram that ends `prefix` (empty without
+        one), stopping at the source's end or its padding."""
+        for size in self.sizes:
+            if len(prefix) < size:
+                continue
+            start = self.starts.get(tuple(prefix[len(prefix) - size :]))
+            if start is not None:
+                tokens = self.source_ids[start : start + num_tokens]
+                return tokens[: tokens.index(-1)] if -1 in tokens else tokens
+        return []
 
 
 def find_source_continuations(
@@ -177,14 +220,21 @@ class SourceCopyDrafter(Drafter):
         fallback_state = None
         if self.fallback is not None:
             fallback_state = self.fallback.init_drafting_state(input_ids, attention_mask, encoder_hidden_states)
-        return SourceCopyState(source_ids, fallback_state)
+        indexes = None
+        if source_ids.device.type == "cpu":  # elsewhere the search stays on the device: no host read per iteration
+            indexes = [SourceNgramIndex(row, self.min_ngram_size, self.max_ngram_size) for row in source_ids.tolist()]
+        return SourceCopyState(source_ids, fallback_state, indexes)
 
     def select_rows(self, state: SourceCopyState, rows: torch.LongTensor) -> SourceCopyState:
         """Keep the rows `rows` of the source ids and of the fallback's state."""
         fallback_state = state.fallback_state
         if self.fallback is not None:
             fallback_state = self.fallback.select_rows(fallback_state, rows)
-        return SourceCopyState(state.source_ids.index_select(0, rows.to(state.source_ids.device)), fallback_state)
+        indexes = state.ngram_indexes
+        if indexes is not None:
+            indexes = [indexes[row] for row in rows.tolist()]
+        source_ids = state.source_ids.index_select(0, rows.to(state.source_ids.device))
+        return SourceCopyState(source_ids, fallback_state, indexes)
 
     def propose(self, state, prefix_ids, prefix_lengths, num_draft_tokens, verifier_states=None) -> DraftProposal:
         """Copy the source's continuation of each row's last n-gram; ask the fallback for rows without one (only when
@@ -197,14 +247,17 @@ class SourceCopyDrafter(Drafter):
             (k when it states none).
         """
         device = state.source_ids.device
-        copied, counts = find_source_continuations(
-            state.source_ids,
-            prefix_ids.to(device),
-            prefix_lengths.to(device),
-            num_draft_tokens,
-            self.max_ngram_size,
-            self.min_ngram_size,
-        )
+        if state.ngram_indexes is not None:
+            copied, counts = _look_up_continuations(state.ngram_indexes, prefix_ids, prefix_lengths, num_draft_tokens)
+        else:
+            copied, counts = find_source_continuations(
+                state.source_ids,
+                prefix_ids.to(device),
+                prefix_lengths.to(device),
+                num_draft_tokens,
+                self.max_ngram_size,
+                self.min_ngram_size,
+            )
         unmatched = counts == 0
         if self.fallback is None or not bool(unmatched.any()):  # the host read only where a fallback may run
             return DraftProposal(draft_ids=copied, draft_logits=None, state=state, num_drafts=counts)
@@ -220,6 +273,24 @@ class SourceCopyDrafter(Drafter):
         return CopyOrFallbackProposal(
             draft_ids, SourceCopyState(state.source_ids, proposal.state), num_drafts, unmatched, proposal
         )
+
+
+def _look_up_continuations(
+    indexes: list[SourceNgramIndex], prefix_ids: torch.LongTensor, prefix_lengths: torch.LongTensor, num_tokens: int
+) -> tuple[torch.LongTensor, torch.LongTensor]:
+    """`find_source_continuations`' result, from each row's `SourceNgramIndex` (on the CPU)."""
+    longest = max(index.sizes.start for index in indexes)
+    lengths = prefix_lengths.tolist()
+    # each row's last tokens, enough for the longest n-gram (read once, not the whole prefix)
+    starts = [max(length - longest, 0) for length in lengths]
+    tails = [row[start:length] for row, start, length in zip(prefix_ids.tolist(), starts, lengths, strict=True)]
+    found = [index.continuation(tail, num_tokens) for index, tail in zip(indexes, tails, strict=True)]
+    continuations = torch.zeros(len(found), num_tokens, dtype=torch.long)
+    for row, tokens in enumerate(found):
+        if tokens:
+            continuations[row, : len(tokens)] = torch.tensor(tokens)
+    counts = torch.tensor([len(tokens) for tokens in found], dtype=torch.long)
+    return continuations, counts
 
 
 class CopyOrFallbackProposal(DraftProposal):

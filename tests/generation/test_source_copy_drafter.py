@@ -55,6 +55,43 @@ def test_min_ngram_size_rejects_shorter_matches():
     assert find_source_continuations(source, prefix, torch.tensor([3]), 2, 2, min_ngram_size=1)[1].tolist() == [2]
 
 
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize(("min_ngram_size", "max_ngram_size"), [(1, 3), (2, 3), (1, 1), (2, 4)])
+def test_the_cpu_index_finds_what_the_tensor_search_finds(seed, min_ngram_size, max_ngram_size):
+    """`SourceNgramIndex` (the CPU's lookup) and `find_source_continuations` (the device's search) agree on ragged,
+    padded rows whose prefixes repeat spans of their source, near its end and at every prefix length."""
+    generator = torch.Generator().manual_seed(seed)
+    rows, length, num_tokens = 5, 12, 4
+    source = torch.randint(3, 9, (rows, length), generator=generator)  # a small vocabulary: many repeats
+    source_lengths = torch.randint(6, length + 1, (rows,), generator=generator)
+    source = source.masked_fill(torch.arange(length) >= source_lengths[:, None], -1)
+    prefix = torch.randint(3, 9, (rows, 9), generator=generator)
+    for row in range(rows):  # a span of the source with a token after it ends each prefix of 8
+        start = int(torch.randint(0, int(source_lengths[row]) - 3, (1,), generator=generator))
+        prefix[row, 5:8] = source[row, start : start + 3]
+    drafter = SourceCopyDrafter(vocab_size=16, min_ngram_size=min_ngram_size, max_ngram_size=max_ngram_size)
+    state = drafter.init_drafting_state(source.clamp(min=0), (source >= 0).long(), None)
+    assert state.ngram_indexes is not None and torch.equal(state.source_ids, source)
+    matched = 0
+    for prefix_length in [*range(1, prefix.shape[1] + 1), 8]:
+        lengths = torch.randint(1, prefix_length + 1, (rows,), generator=generator)
+        if prefix_length == 8:
+            lengths = torch.full((rows,), 8)
+        expected = find_source_continuations(source, prefix, lengths, num_tokens, max_ngram_size, min_ngram_size)
+        proposal = drafter.propose(state, prefix, lengths, num_tokens)
+        assert torch.equal(proposal.num_drafts, expected[1])
+        assert torch.equal(proposal.draft_ids, expected[0])
+        matched += int((expected[1] > 0).sum())
+    assert matched > 0  # the rows found continuations, not only misses
+    kept = drafter.select_rows(state, torch.tensor([3, 0]))
+    lengths = torch.tensor([9, 8])
+    expected = find_source_continuations(
+        source[[3, 0]], prefix[[3, 0]], lengths, num_tokens, max_ngram_size, min_ngram_size
+    )
+    proposal = drafter.propose(kept, prefix[[3, 0]], lengths, num_tokens)
+    assert torch.equal(proposal.draft_ids, expected[0]) and torch.equal(proposal.num_drafts, expected[1])
+
+
 @pytest.mark.parametrize("batch_size", [1, 4])
 @pytest.mark.parametrize("num_draft_tokens", [4, "auto"])
 def test_source_copy_equals_greedy(family, batch_size, num_draft_tokens):
