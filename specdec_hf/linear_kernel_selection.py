@@ -418,14 +418,7 @@ def _time_sweeps(
         one_pass(layers, inputs)
         return time.perf_counter() - start
 
-    for assignment in assignments:  # a warm-up
-        sweep(assignment)
-    totals: list[list[float]] = [[] for _ in assignments]
-    for round_index in range(rounds):
-        shift = round_index % len(assignments)
-        for which in [*range(shift, len(assignments)), *range(shift)]:
-            totals[which].append(sweep(assignments[which]))
-    return [statistics.median(values) for values in totals]
+    return _interleaved_medians(sweep, assignments, rounds)
 
 
 def _runs_decoder_steps(model: nn.Module) -> bool:
@@ -488,11 +481,19 @@ def _time_decoder_steps(
             forward()
         return (time.perf_counter() - start) / calls
 
-    for assignment in assignments:  # a warm-up
-        timed(assignment)
+    return _interleaved_medians(timed, assignments, rounds)
+
+
+def _interleaved_medians(
+    run: Callable[[list[LayerSetting]], float], assignments: Sequence[list[LayerSetting]], rounds: int
+) -> list[float]:
+    """The median of `run(assignment)`'s seconds per assignment: one warm-up each, then `rounds` rounds running
+    every assignment once, the order rotating per round."""
+    for assignment in assignments:
+        run(assignment)
     totals: list[list[float]] = [[] for _ in assignments]
     for round_index in range(rounds):
         shift = round_index % len(assignments)
         for which in [*range(shift, len(assignments)), *range(shift)]:
-            totals[which].append(timed(assignments[which]))
+            totals[which].append(run(assignments[which]))
     return [statistics.median(values) for values in totals]

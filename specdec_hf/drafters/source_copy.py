@@ -10,7 +10,7 @@ loop steps that row as greedy decoding would), or asks a `fallback` drafter (a t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -59,13 +59,17 @@ class SourceNgramIndex:
         self.source_ids = source_ids
         self.sizes = range(max_ngram_size, min_ngram_size - 1, -1)
         length = len(source_ids)
+        padded = -1 in source_ids
         self.starts: dict[tuple[int, ...], int] = {}  # n-gram -> where its continuation starts
-        for size in self.sizes:
-            # windows with a token after them; the first occurrence wins (setdefault keeps it)
-            for start in range(length - size):
-                gram = tuple(source_ids[start : start + size])
-                if -1 not in gram:
-                    self.starts.setdefault(gram, start + size)
+        for size in self.sizes:  # n-grams of different sizes never share a key
+            # the windows with a token after them, built in C (zip, to the shortest shifted slice: the last window
+            # starts at length - size - 1); written last to first, so the first occurrence of an n-gram is kept
+            shifted = (source_ids[offset : length - 1] for offset in range(size))
+            windows = list(enumerate(zip(*shifted, strict=False)))
+            starts = {gram: start + size for start, gram in reversed(windows)}
+            if padded:
+                starts = {gram: start for gram, start in starts.items() if -1 not in gram}
+            self.starts.update(starts)
 
     def continuation(self, prefix: list[int], num_tokens: int) -> list[int]:
         """The up to `num_tokens` source tokens after the longest indexed n-gram that ends `prefix` (empty without
@@ -137,6 +141,10 @@ class SourceCopyDrafter(Drafter):
         min_ngram_size (`int`, *optional*, defaults to 1): The shortest.
         fallback (`Drafter` or `SpecDrafterModel`, *optional*): Drafts the rows the source does not continue (a
             trained drafter of this verifier); without it those rows verify no drafts.
+        cpu_index (`bool`, *optional*, defaults to `True`): For a source on the CPU, look continuations up in each
+            row's n-gram index (`SourceNgramIndex`, built once per `generate()` call; the host reads the prefix's
+            last tokens at every iteration, free on a CPU); `False` runs the search other devices run, on the
+            device, also on the CPU. Both propose the same drafts.
     """
 
     def __init__(
@@ -146,6 +154,7 @@ class SourceCopyDrafter(Drafter):
         max_ngram_size: int = 3,
         min_ngram_size: int = 1,
         fallback=None,
+        cpu_index: bool = True,
     ):
         fallback = None if fallback is None else as_drafter(fallback)
         if num_draft_tokens is None:
@@ -161,6 +170,7 @@ class SourceCopyDrafter(Drafter):
                 f"`min_ngram_size` ({min_ngram_size}) must be at most `max_ngram_size` ({max_ngram_size})."
             )
         self.vocab_size = vocab_size
+        self.cpu_index = cpu_index
         self.max_ngram_size = max_ngram_size
         self.min_ngram_size = min_ngram_size
         self.fallback = fallback
@@ -221,7 +231,7 @@ class SourceCopyDrafter(Drafter):
         if self.fallback is not None:
             fallback_state = self.fallback.init_drafting_state(input_ids, attention_mask, encoder_hidden_states)
         indexes = None
-        if source_ids.device.type == "cpu":  # elsewhere the search stays on the device: no host read per iteration
+        if self.cpu_index and source_ids.device.type == "cpu":  # elsewhere no host read per iteration
             indexes = [SourceNgramIndex(row, self.min_ngram_size, self.max_ngram_size) for row in source_ids.tolist()]
         return SourceCopyState(source_ids, fallback_state, indexes)
 
@@ -271,7 +281,7 @@ class SourceCopyDrafter(Drafter):
         draft_ids = torch.where(unmatched.unsqueeze(1), proposal.draft_ids[:, :num_draft_tokens].to(device), copied)
         num_drafts = torch.where(unmatched, fallback_counts, counts)
         return CopyOrFallbackProposal(
-            draft_ids, SourceCopyState(state.source_ids, proposal.state), num_drafts, unmatched, proposal
+            draft_ids, replace(state, fallback_state=proposal.state), num_drafts, unmatched, proposal
         )
 
 
@@ -279,11 +289,12 @@ def _look_up_continuations(
     indexes: list[SourceNgramIndex], prefix_ids: torch.LongTensor, prefix_lengths: torch.LongTensor, num_tokens: int
 ) -> tuple[torch.LongTensor, torch.LongTensor]:
     """`find_source_continuations`' result, from each row's `SourceNgramIndex` (on the CPU)."""
-    longest = max(index.sizes.start for index in indexes)
+    longest = indexes[0].sizes.start  # every row's index has the drafter's sizes
     lengths = prefix_lengths.tolist()
-    # each row's last tokens, enough for the longest n-gram (read once, not the whole prefix)
-    starts = [max(length - longest, 0) for length in lengths]
-    tails = [row[start:length] for row, start, length in zip(prefix_ids.tolist(), starts, lengths, strict=True)]
+    # each row's last tokens, enough for the longest n-gram: gathered first, so that the host reads `longest` a row
+    offsets = prefix_lengths.unsqueeze(1) - longest + torch.arange(longest, device=prefix_lengths.device)
+    gathered = prefix_ids.gather(1, offsets.clamp(min=0).to(prefix_ids.device)).tolist()
+    tails = [row[longest - min(length, longest) :] for row, length in zip(gathered, lengths, strict=True)]
     found = [index.continuation(tail, num_tokens) for index, tail in zip(indexes, tails, strict=True)]
     continuations = torch.zeros(len(found), num_tokens, dtype=torch.long)
     for row, tokens in enumerate(found):

@@ -77,7 +77,8 @@ def test_greedy_iteration_syncs_at_most_twice(verifier, batch_size, drafter_name
         # a source made of the verifier's own output twice over: it continues many prefixes, not all
         output = verifier.generate(**source, do_sample=False, max_new_tokens=20)[:, 1:]
         source = {"input_ids": torch.cat([output, output], dim=1)}
-        drafter = SourceCopyDrafter.from_verifier(verifier, num_draft_tokens=4)
+        # the device's search, as on a GPU (on a CPU the copy may read the prefix on the host: free there)
+        drafter = SourceCopyDrafter.from_verifier(verifier, num_draft_tokens=4, cpu_index=False)
         relaxation = dict(beta=4, tau=3.0)
     else:
         drafter = _spec_drafter(verifier)
@@ -108,7 +109,8 @@ def test_sampling_with_the_source_copy_before_a_drafter_syncs_as_the_drafter_alo
     for name in ("drafter", "source_copy_then_drafter"):
         drafter = _spec_drafter(verifier)
         if name == "source_copy_then_drafter":
-            drafter = SourceCopyDrafter.from_verifier(verifier, num_draft_tokens=4, fallback=drafter)
+            # the device's search, as on a GPU (on a CPU the copy may read the prefix on the host: free there)
+            drafter = SourceCopyDrafter.from_verifier(verifier, num_draft_tokens=4, fallback=drafter, cpu_index=False)
         torch.manual_seed(0)
         per_iteration, _ = _counted(verifier, source, drafter, 4, do_sample=True, top_k=20)
         most[name] = max(per_iteration)

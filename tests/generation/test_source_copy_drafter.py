@@ -55,6 +55,14 @@ def test_min_ngram_size_rejects_shorter_matches():
     assert find_source_continuations(source, prefix, torch.tensor([3]), 2, 2, min_ngram_size=1)[1].tolist() == [2]
 
 
+def _same_drafts(proposal, expected) -> bool:
+    """The same counts, and the same drafts up to each row's count (what follows is never verified: after a hole
+    in the source's mask the tensor search leaves tokens there, the lookup zeros)."""
+    ids, counts = expected
+    leading = torch.arange(ids.shape[1]) < counts[:, None]
+    return torch.equal(proposal.num_drafts, counts) and torch.equal(proposal.draft_ids * leading, ids * leading)
+
+
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize(("min_ngram_size", "max_ngram_size"), [(1, 3), (2, 3), (1, 1), (2, 4)])
 def test_the_cpu_index_finds_what_the_tensor_search_finds(seed, min_ngram_size, max_ngram_size):
@@ -79,17 +87,38 @@ def test_the_cpu_index_finds_what_the_tensor_search_finds(seed, min_ngram_size, 
             lengths = torch.full((rows,), 8)
         expected = find_source_continuations(source, prefix, lengths, num_tokens, max_ngram_size, min_ngram_size)
         proposal = drafter.propose(state, prefix, lengths, num_tokens)
-        assert torch.equal(proposal.num_drafts, expected[1])
-        assert torch.equal(proposal.draft_ids, expected[0])
+        assert _same_drafts(proposal, expected)
         matched += int((expected[1] > 0).sum())
     assert matched > 0  # the rows found continuations, not only misses
+    left_padded = source.clone()  # padding before the tokens too, and a row of padding only
+    left_padded[1] = torch.cat([left_padded[1, -3:], left_padded[1, :-3]])
+    left_padded[2] = -1
+    left_state = drafter.init_drafting_state(left_padded.clamp(min=0), (left_padded >= 0).long(), None)
+    lengths = torch.tensor([0, 3, 8, 9, 1])
+    expected = find_source_continuations(left_padded, prefix, lengths, num_tokens, max_ngram_size, min_ngram_size)
+    proposal = drafter.propose(left_state, prefix, lengths, num_tokens)
+    assert _same_drafts(proposal, expected)
+    searching = SourceCopyDrafter(16, min_ngram_size=min_ngram_size, max_ngram_size=max_ngram_size, cpu_index=False)
+    assert searching.init_drafting_state(source.clamp(min=0), (source >= 0).long(), None).ngram_indexes is None
     kept = drafter.select_rows(state, torch.tensor([3, 0]))
     lengths = torch.tensor([9, 8])
     expected = find_source_continuations(
         source[[3, 0]], prefix[[3, 0]], lengths, num_tokens, max_ngram_size, min_ngram_size
     )
     proposal = drafter.propose(kept, prefix[[3, 0]], lengths, num_tokens)
-    assert torch.equal(proposal.draft_ids, expected[0]) and torch.equal(proposal.num_drafts, expected[1])
+    assert _same_drafts(proposal, expected)
+
+
+def test_the_cpu_index_stays_in_the_state_when_a_fallback_drafts():
+    """Rows the copy does not continue go to the fallback: the state it returns keeps the copy's n-gram index."""
+    fallback = OracleDrafter(torch.tensor([[5, 6, 7, 8]]), vocab_size=VOCAB_SIZE)
+    drafter = SourceCopyDrafter(VOCAB_SIZE, num_draft_tokens=2, fallback=fallback)
+    state = drafter.init_drafting_state(torch.tensor([[9, 10, 11, 12]]), None, torch.zeros(1, 4, 8))
+    proposal = drafter.propose(state, torch.tensor([[2, 3]]), torch.tensor([2]), 2)  # 3 is not in the source
+    assert proposal.from_fallback.tolist() == [True]
+    assert proposal.state.ngram_indexes is state.ngram_indexes is not None
+    proposal = drafter.propose(proposal.state, torch.tensor([[2, 3, 10]]), torch.tensor([3]), 2)
+    assert proposal.draft_ids.tolist() == [[11, 12]] and proposal.num_drafts.tolist() == [2]
 
 
 @pytest.mark.parametrize("batch_size", [1, 4])
