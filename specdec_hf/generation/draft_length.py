@@ -180,6 +180,9 @@ class IterationCostTable:
     per_draft_recent: deque = field(default_factory=lambda: deque(maxlen=_RECENT_PER_DRAFT))
     plain_call_steps: deque = field(default_factory=lambda: deque(maxlen=_RECENT_CALLS))
     drafting_iterations: int = 0
+    # `step_costs`' last result and what it was computed from: (width, count of readings, the newest reading object);
+    # readings are only appended, so these change whenever the result may
+    _step_costs_memo: tuple | None = field(default=None, repr=False, compare=False)
 
     @property
     def plain_step(self) -> float:
@@ -206,6 +209,17 @@ class IterationCostTable:
         """What going from j to j + 1 drafts costs an iteration, j = 1..`width` - 1: the median of that step's own
         readings once there are `_MIN_PER_DRAFT_READINGS` (steps differ: a kernel may change with the rows fed, and
         the choice between two k turns on the step between them), else `per_draft`."""
+        readings_now = self.per_draft_recent
+        key = (width, len(readings_now), readings_now[-1] if readings_now else None)
+        memo = self._step_costs_memo
+        # every iteration asks, readings come every few: the medians are kept until a reading arrives
+        if memo is not None and memo[0][:2] == key[:2] and memo[0][2] is key[2]:
+            return list(memo[1])
+        costs = self._compute_step_costs(width)
+        self._step_costs_memo = (key, costs)
+        return list(costs)
+
+    def _compute_step_costs(self, width: int) -> list[float]:
         by_step: dict[int, list[float]] = {}
         for step, reading in self.per_draft_recent:
             by_step.setdefault(step, []).append(reading)

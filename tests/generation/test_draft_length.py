@@ -137,6 +137,21 @@ def test_each_step_between_two_k_costs_what_its_own_readings_say():
     assert table.iteration_seconds() == pytest.approx([1.0, 1.6, 1.9, 2.0, 2.5])
 
 
+def test_step_costs_kept_between_readings_are_what_the_readings_give():
+    """The steps' medians are kept until a reading arrives (also once the readings are at their limit, where each
+    new one drops the oldest): always what computing them afresh gives."""
+    table = IterationCostTable([1.0] * 5)
+    generator = torch.Generator().manual_seed(0)
+    for index in range(2 * draft_length._RECENT_PER_DRAFT):
+        step = 1 + index % 3
+        table.per_draft_recent.append((step, float(torch.rand(1, generator=generator))))
+        for width in (4, 3):
+            expected = table._compute_step_costs(width)
+            assert table.step_costs(width) == expected
+            assert table.step_costs(width) == expected  # the kept copy, unchanged by a caller
+            table.step_costs(width).append(99.0)
+
+
 def test_no_iteration_costs_less_than_a_plain_forward_and_drafts_still_cost():
     table = IterationCostTable([1.0, 1.1, 1.2])
     table.drafting_recent.extend([(1, 0.2), (2, 0.3)])  # a short cache: less than the calibration's forward
