@@ -13,10 +13,10 @@ drafts sample a bonus token from p_{k+1}. Every emitted token is then distribute
 verifier's p. A non-autoregressive drafter's q_i depends only on the committed prefix, not on x_<i; the rule needs no
 more than that x_i was drawn from the q_i it is judged against.
 
-**Per position, with logits processors.** Where a processor can change an iteration's scores (see
-`specdec_hf.generation.processor_gating`), each verified position's scores are processed with that position's exact
-prefix and judged in turn ([`judge_per_position`] with a [`GreedyRule`] or a [`SamplingRule`]); otherwise greedy
-decoding judges all positions at once on the raw scores ([`accept_all_positions`]), which gives the same result.
+**Processed scores.** The rules read scores with the logits processors applied, each verified position's with its
+own prefix (`specdec_hf.generation.position_processing`). Greedy decoding judges all positions at once
+([`accept_all_positions`]); sampling judges them in turn ([`judge_per_position`] with a [`SamplingRule`]), so that
+its random draws come in the order plain sampling makes them.
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ from transformers.generation.logits_process import (
 )
 
 __all__ = [
-    "GreedyRule",
     "SamplingRule",
     "accept_all_positions",
     "accept_drafts",
@@ -274,37 +273,13 @@ def speculative_sampling_step(
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Per position, with logits processors
+# Sampling, position by position
 # --------------------------------------------------------------------------------------------------------------
 
 
 @dataclass
-class GreedyRule:
-    """Greedy mode, one position at a time: the top-β/τ rule; the verifier's top-1 where a row stops."""
-
-    beta: int
-    tau: float
-
-    def prepare(self, processed: torch.FloatTensor) -> torch.FloatTensor:
-        """What the rule reads of a position's processed scores: the scores themselves."""
-        return processed
-
-    def judge(self, scores, draft, position, in_budget) -> tuple[torch.BoolTensor, torch.LongTensor]:
-        """`(accepted, stop_token)` of every row at `position`; a row past its budget (`in_budget` false) accepts
-        nothing and gets the top-1, what plain greedy decoding emits."""
-        top1 = scores.argmax(dim=-1)  # once: the β=1 rule and the stop token both read it
-        accepted = draft == top1 if self.beta == 1 else accept_drafts(scores, draft, self.beta, self.tau)
-        return accepted & in_budget, top1
-
-    def fresh(self, scores: torch.FloatTensor) -> torch.LongTensor:
-        """The token plain greedy decoding would emit."""
-        return scores.argmax(dim=-1)
-
-
-@dataclass
 class SamplingRule:
-    """Sampling mode, one position at a time: speculative sampling of each draft against the processed p; a residual
-    sample at a rejection.
+    """Speculative sampling of each draft against the processed p; a residual sample at a rejection.
 
     Args:
         proposal_q (`torch.FloatTensor` of shape `(rows, k, vocab_size)`): The q the drafts were drawn from.
@@ -330,16 +305,10 @@ class SamplingRule:
 
 
 def judge_per_position(
-    logits: torch.FloatTensor,
-    drafts: torch.LongTensor,
-    budgets: torch.LongTensor,
-    committed: torch.LongTensor,
-    lengths: torch.LongTensor,
-    host_lengths: list[int],
-    logits_processor: LogitsProcessorList,
-    rule: GreedyRule | SamplingRule,
-) -> tuple[torch.FloatTensor, torch.LongTensor, torch.LongTensor]:
-    """Judge the drafts position by position, each position's scores processed with its exact prefix.
+    scores: torch.FloatTensor, drafts: torch.LongTensor, budgets: torch.LongTensor, rule: SamplingRule
+) -> tuple[torch.LongTensor, torch.LongTensor]:
+    """Judge the drafts position by position, in order: the random draws of sampling come position after position,
+    as plain sampling draws them.
 
     `rule.prepare(processed)` is what the rule reads of a position's scores (computed once per position),
     `rule.judge(prepared, draft, position, in_budget)` says which rows accept their draft and what each emits where
@@ -350,77 +319,29 @@ def judge_per_position(
     host never reads which rows are still running, so the number of host synchronisations does not grow with k.
 
     Args:
-        logits (`torch.FloatTensor` of shape `(rows, k + 1, vocab_size)`): The verifier's raw scores.
+        scores (`torch.FloatTensor` of shape `(rows, k + 1, vocab_size)`): The processed scores of every verified
+            position (`specdec_hf.generation.position_processing`).
         drafts (`torch.LongTensor` of shape `(rows, k)`): The drafts.
         budgets (`torch.LongTensor` of shape `(rows,)`): The most drafts each row may accept.
-        committed (`torch.LongTensor` of shape `(rows, length)`): Each row's committed tokens, right-padded.
-        lengths (`torch.LongTensor` of shape `(rows,)`): Committed length of each row.
-        host_lengths (`list[int]`): The same lengths, as the host knows them (processors are run per length).
-        logits_processor (`LogitsProcessorList`): The processors that may act on these positions.
-        rule ([`GreedyRule`] or [`SamplingRule`]): The acceptance mode.
+        rule ([`SamplingRule`]): The acceptance rule.
 
     Returns:
-        The processed scores `(rows, k + 1, vocab_size)` (a row's scores after the position where it stops are
-        computed on its rejected drafts: read only its first `num_accepted + 1`), the tokens to append
-        `(rows, k + 1)` and the number of accepted drafts per row `(rows,)`.
+        The tokens to append `(rows, k + 1)` (a row's tokens after the position where it stops are judged on its
+        rejected drafts: read only its first `num_accepted + 1`) and the number of accepted drafts per row
+        `(rows,)`.
     """
     rows, k = drafts.shape
-    prefixes = _drafts_after_committed(committed, lengths, drafts)
-    groups = _length_groups(lengths, host_lengths)
-    scores = torch.empty_like(logits)
     new_tokens = torch.empty((rows, k + 1), dtype=torch.long, device=drafts.device)
     num_accepted = torch.zeros(rows, dtype=torch.long, device=drafts.device)
     running = torch.ones(rows, dtype=torch.bool, device=drafts.device)
     for position in range(k + 1):
-        processed = _process_by_length(logits_processor, prefixes, groups, position, logits[:, position])
-        scores[:, position] = processed
-        prepared = rule.prepare(processed)
+        prepared = rule.prepare(scores[:, position])
         if position == k:
             new_tokens[:, position] = rule.fresh(prepared)
             break
         draft = drafts[:, position]
-        accepted, stop_token = rule.judge(prepared, draft, position, budgets > position)
-        new_tokens[:, position] = torch.where(accepted, draft, stop_token)
+        accepted, replacement = rule.judge(prepared, draft, position, budgets > position)
+        new_tokens[:, position] = torch.where(accepted, draft, replacement)
         running &= accepted
         num_accepted += running
-    return scores, new_tokens, num_accepted
-
-
-def _drafts_after_committed(committed: torch.LongTensor, lengths: torch.LongTensor, drafts: torch.LongTensor):
-    """Committed tokens followed by the drafts: verified position i of row r has the prefix `[r, :len_r + i]`."""
-    prefixes = committed.clone()
-    if drafts.shape[1] > 0:
-        prefixes.scatter_(1, lengths.unsqueeze(1) + torch.arange(drafts.shape[1], device=drafts.device), drafts)
-    return prefixes
-
-
-def _length_groups(lengths: torch.LongTensor, host_lengths: list[int]) -> list[tuple[int, torch.LongTensor | None]]:
-    """The rows grouped by committed length, `(length, row indices)` in increasing length (`None`: every row, when
-    all have one length). The indices come from a stable sort on the device, cut where the host's lengths say."""
-    distinct = sorted(set(host_lengths))
-    if len(distinct) == 1:
-        return [(distinct[0], None)]
-    order = torch.argsort(lengths, stable=True)
-    groups, start = [], 0
-    for length in distinct:
-        end = start + host_lengths.count(length)
-        groups.append((length, order[start:end]))
-        start = end
-    return groups
-
-
-def _process_by_length(
-    logits_processor: LogitsProcessorList,
-    prefixes: torch.LongTensor,
-    groups: list[tuple[int, torch.LongTensor | None]],
-    position: int,
-    raw_scores: torch.FloatTensor,
-) -> torch.FloatTensor:
-    """Run the processors on each group of rows whose prefixes have equal length (processors read the length)."""
-    if groups[0][1] is None:
-        # processors may write into the scores they are given: never into the verifier's logits
-        return logits_processor(prefixes[:, : groups[0][0] + position], raw_scores.clone())
-    processed = torch.empty_like(raw_scores)
-    for length, rows in groups:
-        processed[rows] = logits_processor(prefixes[rows, : length + position], raw_scores[rows])
-    return processed
+    return new_tokens, num_accepted

@@ -337,6 +337,7 @@ class DraftLengthSchedule:
     def __init__(self, verifier, drafter_key, max_draft_tokens: int, rule: tuple, device: torch.device):
         self.max_draft_tokens = max_draft_tokens
         self.device = device
+        self._device_name = str(device)  # part of every table key, asked for at every iteration
         try:  # what a drafter's call costs is part of an iteration's: tables per drafter and verifier
             self._tables = _COST_TABLES.setdefault(drafter_key, weakref.WeakKeyDictionary()).setdefault(verifier, {})
         except TypeError:  # a drafter that cannot be weakly referenced: tables for this call only
@@ -359,7 +360,7 @@ class DraftLengthSchedule:
         self._rows = 0
 
     def _table_key(self, rows: int) -> tuple:
-        return (_rows_bucket(rows), str(self.device), self.max_draft_tokens)
+        return (_rows_bucket(rows), self._device_name, self.max_draft_tokens)
 
     def drafts_this_call(self, rows: int) -> bool:
         """Whether a call of `rows` rows runs the speculative loop at all, or decodes plainly (no drafter).

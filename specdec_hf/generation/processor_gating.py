@@ -13,6 +13,8 @@ They give the same scores at every position, so they are applied to all verified
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from transformers.generation.logits_process import (
     ForcedBOSTokenLogitsProcessor,
@@ -24,7 +26,13 @@ from transformers.generation.logits_process import (
     SuppressTokensLogitsProcessor,
 )
 
-__all__ = ["apply_to_every_position", "is_position_independent", "processors_acting_on"]
+__all__ = [
+    "CalledInTurn",
+    "apply_to_every_position",
+    "check_processor_arguments",
+    "is_position_independent",
+    "processors_acting_on",
+]
 
 
 def _acts_on(processor, shortest: int, longest: int) -> bool:
@@ -40,18 +48,44 @@ def _acts_on(processor, shortest: int, longest: int) -> bool:
     return True
 
 
-def processors_acting_on(logits_processor: LogitsProcessorList, shortest: int, longest: int) -> LogitsProcessorList:
+class CalledInTurn(LogitsProcessorList):
+    """Processors applied in turn to `(input_ids, scores)`, as `LogitsProcessorList.__call__` applies processors
+    that take nothing more, without reading every processor's signature again at every call (the loop calls the
+    processors once per verified position; [`check_processor_arguments`] checks the signatures once per call of
+    `generate()`)."""
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        for processor in self:
+            scores = processor(input_ids, scores)
+        return scores
+
+
+def check_processor_arguments(logits_processor: LogitsProcessorList) -> None:
+    """Raise the error `LogitsProcessorList.__call__` raises at its first call, before decoding starts, for a
+    processor that takes arguments beyond `(input_ids, scores)`: `generate()` passes processors nothing more, and
+    neither does the loop."""
+    for processor in logits_processor:
+        parameters = list(inspect.signature(processor.__call__).parameters)
+        if len(parameters) > 2:
+            raise ValueError(
+                f"The logits processor {type(processor).__name__} takes {parameters}, more than (input_ids, scores): "
+                "`generate()` passes processors nothing else, so it cannot run here; drop it from `logits_processor`."
+            )
+
+
+def processors_acting_on(logits_processor: LogitsProcessorList, shortest: int, longest: int) -> CalledInTurn:
     """The processors of `logits_processor` that may act on a prefix length in `[shortest, longest]`, in order.
 
     Args:
-        logits_processor (`LogitsProcessorList`): The processors `generate()` prepared.
+        logits_processor (`LogitsProcessorList`): The processors `generate()` prepared, checked by
+            [`check_processor_arguments`].
         shortest (`int`): Length of the shortest prefix scored in this iteration (the shortest row's committed length).
         longest (`int`): Length of the longest (the longest row's committed length plus k).
 
     Returns:
-        `LogitsProcessorList`: empty when every processor leaves these positions' scores unchanged.
+        [`CalledInTurn`]: empty when every processor leaves these positions' scores unchanged.
     """
-    return LogitsProcessorList([p for p in logits_processor if _acts_on(p, shortest, longest)])
+    return CalledInTurn([p for p in logits_processor if _acts_on(p, shortest, longest)])
 
 
 def is_position_independent(processor) -> bool:

@@ -35,7 +35,6 @@ from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengt
 from transformers.modeling_outputs import BaseModelOutput
 
 from ..acceptance import (
-    GreedyRule,
     SamplingRule,
     accept_all_positions,
     count_accepted,
@@ -46,7 +45,13 @@ from ..drafting import Drafter
 from .aligned_rows import criteria_read_scores, reads_row_index, stop_aligned
 from .draft_length import DraftLengthSchedule, time_forward
 from .loop_state import ActiveBatch, LoopResult, RowContext, Rows, SpeculativeLoopConfig
-from .processor_gating import apply_to_every_position, is_position_independent, processors_acting_on
+from .position_processing import process_every_position
+from .processor_gating import (
+    apply_to_every_position,
+    check_processor_arguments,
+    is_position_independent,
+    processors_acting_on,
+)
 from .proposal_checks import check_proposal, make_safe, raise_for_value_facts
 from .stats import SpeculativeDecodingStats
 from .stopping import stop_at_eos, stop_by_criteria
@@ -104,6 +109,7 @@ def run_speculative_loop(
         draft_length_schedule ([`DraftLengthSchedule`], *optional*): Chooses each iteration's k, up to
             `config.num_draft_tokens` (0: a plain verifier step); `None` drafts `config.num_draft_tokens` every time.
     """
+    check_processor_arguments(logits_processor)
     rows = _start(input_ids, config)
     if encoder_attention_mask is not None and bool(encoder_attention_mask.all()):
         # no padding: an all-ones mask would only make the verifier's mask code inspect it at every call
@@ -452,8 +458,8 @@ def _verifier_input(
     k = drafts.shape[1]
     max_uncached = batch.longest - cache_length  # the host's lengths: no read of the device's
     if batch.shortest == batch.longest:
-        decoder_input = torch.cat([committed[:, cache_length : cache_length + max_uncached], drafts], dim=1)
-        return decoder_input, None
+        uncached = committed[:, cache_length : cache_length + max_uncached]
+        return (torch.cat([uncached, drafts], dim=1) if k > 0 else uncached), None
     width = max_uncached + k
     offsets = torch.arange(width, device=committed.device).unsqueeze(0)
     uncached = (batch.lengths - cache_length).unsqueeze(1)
@@ -507,9 +513,9 @@ def accept(
 ) -> tuple[torch.FloatTensor, torch.LongTensor, torch.LongTensor]:
     """Stage 3: the accepted drafts of every row and the token the verifier emits where the row stops.
 
-    Greedy decoding judges all positions at once when every acting processor is position-independent (none, or
-    single-token bans such as `bad_words_ids=[[pad]]`: applied to all positions in one call); otherwise, and when
-    sampling, positions are judged one by one with their processed scores (`specdec_hf.acceptance`).
+    The acting processors are applied to every position with its own prefix (`position_processing`; in one call
+    each when none reads the prefix, such as the single-token ban `bad_words_ids=[[pad]]`). Greedy decoding then
+    judges all positions at once; sampling judges them in turn (`specdec_hf.acceptance`).
 
     Args:
         logits (`torch.FloatTensor` of shape `(rows, k + 1, vocab_size)`): The verifier's raw scores.
@@ -521,14 +527,15 @@ def accept(
         `scores` `(rows, k + 1, vocab_size)` (the processed scores), `new_tokens` `(rows, k + 1)` whose first
         `num_accepted + 1` are appended, and `num_accepted` `(rows,)`.
     """
-    if not config.do_sample and all(is_position_independent(processor) for processor in acting):
+    if all(is_position_independent(processor) for processor in acting):
         scores = apply_to_every_position(acting, logits)
+    else:
+        scores = process_every_position(acting, batch.committed, batch.lengths, batch.host_lengths, drafts, logits)
+    if config.do_sample:
+        new_tokens, num_accepted = judge_per_position(scores, drafts, budgets, SamplingRule(proposal_q))
+    else:
         new_tokens, num_accepted = accept_all_positions(scores, drafts, budgets, config.beta, config.tau)
-        return scores, new_tokens, num_accepted
-    rule = SamplingRule(proposal_q) if config.do_sample else GreedyRule(config.beta, config.tau)
-    return judge_per_position(
-        logits, drafts, budgets, batch.committed, batch.lengths, batch.host_lengths, acting, rule
-    )
+    return scores, new_tokens, num_accepted
 
 
 def stop(

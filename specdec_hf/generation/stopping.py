@@ -29,7 +29,9 @@ def stop_at_eos(
     Returns:
         `num_new` `(rows,)`, cut after an EOS, and `finished` `(rows,)`.
     """
-    if eos_token_ids is not None:
+    if eos_token_ids is not None and new_tokens.shape[1] == 1:  # a plain step: one token, no cut to place
+        hit = torch.isin(new_tokens[:, 0], eos_token_ids) & (num_new > 0)
+    elif eos_token_ids is not None:
         offsets = torch.arange(new_tokens.shape[1], device=new_tokens.device).unsqueeze(0)
         is_eos = torch.isin(new_tokens, eos_token_ids) & (offsets < num_new.unsqueeze(1))
         hit = is_eos.any(dim=1)

@@ -119,11 +119,11 @@ def test_a_multi_token_ban_takes_the_per_position_path_and_stays_exact(monkeypat
 
 def _count_per_position_calls(monkeypatch) -> list:
     calls = []
-    original = speculative_loop.judge_per_position
+    original = speculative_loop.process_every_position
 
     def counting(*args, **kwargs):
         calls.append(1)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(speculative_loop, "judge_per_position", counting)
+    monkeypatch.setattr(speculative_loop, "process_every_position", counting)
     return calls
