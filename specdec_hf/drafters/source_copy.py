@@ -27,7 +27,7 @@ __all__ = [
     "find_source_continuations",
 ]
 
-# the default k of a copy without a fallback, and its largest k where k is chosen as decoding runs
+# the largest k of a copy without a fallback, where k is chosen as decoding runs (its default)
 _DEFAULT_DRAFT_TOKENS = 8
 
 
@@ -135,8 +135,8 @@ class SourceCopyDrafter(Drafter):
     Args:
         vocab_size (`int`): The verifier's vocabulary size.
         num_draft_tokens (`int` or `"auto"`, *optional*): Default k (tokens copied per iteration): the fallback's
-            (`"auto"` when it says so), or 8 without one. `"auto"` without a fallback chooses k up to 8: its
-            `max_draft_tokens` is then 8, which also bounds a k given to `generate()`.
+            (`"auto"` when it says so), or `"auto"` without one, which chooses k up to 8 (its `max_draft_tokens` is
+            then 8, which also bounds a k given to `generate()`). A fixed k drafts even where copies rarely pay.
         max_ngram_size (`int`, *optional*, defaults to 3): The longest n-gram of the prefix matched in the source.
         min_ngram_size (`int`, *optional*, defaults to 1): The shortest.
         fallback (`Drafter` or `SpecDrafterModel`, *optional*): Drafts the rows the source does not continue (a
@@ -158,7 +158,7 @@ class SourceCopyDrafter(Drafter):
     ):
         fallback = None if fallback is None else as_drafter(fallback)
         if num_draft_tokens is None:
-            num_draft_tokens = _DEFAULT_DRAFT_TOKENS if fallback is None else fallback.num_draft_tokens
+            num_draft_tokens = AUTO if fallback is None else fallback.num_draft_tokens
             num_draft_tokens = num_draft_tokens if num_draft_tokens == AUTO else int(num_draft_tokens)
         if num_draft_tokens != AUTO and not _is_positive_int(num_draft_tokens):
             raise ValueError(f"`num_draft_tokens` must be an integer >= 1 or {AUTO!r}, got {num_draft_tokens!r}.")

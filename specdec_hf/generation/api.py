@@ -200,6 +200,7 @@ def speculative_generate(
                 sequences = output if isinstance(output, torch.Tensor) else output.sequences
                 schedule.observe_plain_call(sequences.shape[1] - input_ids.shape[1])
                 return output
+            schedule.start_drafting_call()
         drafter_state = drafter.init_drafting_state(
             input_ids=source_ids,
             attention_mask=attention_mask,
@@ -233,6 +234,8 @@ def speculative_generate(
             stream_prompt=stream_prompt,
             draft_length_schedule=schedule,
         )
+        if schedule is not None:
+            schedule.observe_drafting_call(result.sequences.shape[1] - input_ids.shape[1])
         if not generation_config.return_dict_in_generate:
             return result.sequences
         return SpeculativeGenerateOutput(

@@ -54,7 +54,7 @@ __all__ = [
     "AcceptanceEstimate",
     "DraftLengthSchedule",
     "IterationCostTable",
-    "PlainCalls",
+    "CallChoices",
     "calibrate",
     "choose_draft_length",
     "clear_measurements",
@@ -74,8 +74,8 @@ _CALIBRATION_ROUNDS = 5
 # iterations at k = 0 before the first probe of drafting; the interval doubles after a probe that did not pay
 _FIRST_PROBE_INTERVAL = 8
 _MAX_PROBE_INTERVAL = 128
-# plain calls whose time per step is remembered
-_RECENT_CALLS = 8
+# calls of each kind (plain; drafting) whose time per step is remembered
+_RECENT_CALLS = 16
 # iterations of each kind (plain; drafting, with their k) whose time is remembered: 32 readings each (the rarer kind's
 # reach further back in time, to the cheaper iterations of shorter caches)
 _RECENT_ITERATIONS = 32
@@ -89,6 +89,11 @@ _NEIGHBOUR_INTERVAL = 5
 # whole calls decoded without drafting before one probes it; the interval doubles after each such probe
 _FIRST_CALL_PROBE_INTERVAL = 2
 _MAX_CALL_PROBE_INTERVAL = 32
+# drafting calls before one is decoded plainly, to keep plain decoding's cost measured; doubling likewise
+_FIRST_PLAIN_PROBE_INTERVAL = 8
+_MAX_PLAIN_PROBE_INTERVAL = 64
+# calls of each kind timed before their measured costs per step decide between them
+_MIN_TIMED_CALLS = 3
 
 
 def choose_draft_length(
@@ -297,15 +302,24 @@ def _lower_quartile(values: Sequence[float]) -> float | None:
 
 
 @dataclass
-class PlainCalls:
-    """Whole calls decoded without drafting since drafting was last tried, and how many to run before trying it."""
+class CallChoices:
+    """How whole calls of one batch width were decoded under one rule: what drafting calls cost per step, which kind
+    was last expected to be faster, the calls of that kind since the other was last run, and how many to run before
+    running the other once (a probe).
 
+    Args:
+        drafting_call_steps (`deque[float]`): The time per step of the latest drafting calls (the drafter's set-up and
+            the loop, per step of output; what drafts are worth depends on the rule, so this is kept per rule).
+    """
+
+    drafting_call_steps: deque = field(default_factory=lambda: deque(maxlen=_RECENT_CALLS))
+    drafting_expected: bool | None = None
     since_probe: int = 0
     probe_interval: int = _FIRST_CALL_PROBE_INTERVAL
 
 
 # per drafter and verifier (weakly held, so a deleted model takes its measurements with it): cost tables by (batch
-# width, device, largest k), and acceptance counts (and the plain calls since a probe) by rule
+# width, device, largest k), and acceptance counts (and how whole calls were decoded, by batch width) by rule
 _COST_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _ACCEPTANCE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -347,8 +361,12 @@ class DraftLengthSchedule:
             per_rule = per_verifier.setdefault(verifier, {})
         except TypeError:  # a drafter that cannot be weakly referenced: counts for this call only
             per_rule = {}
-        self.acceptance, self._plain_calls = per_rule.setdefault(rule, (AcceptanceEstimate(), {}))
+        self.acceptance, self._call_choices = per_rule.setdefault(rule, (AcceptanceEstimate(), {}))
         self._table: IterationCostTable | None = None
+        # this call's table as it was when the call started (None: the call calibrates it), and its call choices
+        self._call_table: IterationCostTable | None = None
+        self._call_choices_now: CallChoices | None = None
+        self._call_started: float | None = None
         self._plain_streak = 0
         self._probe_interval = _FIRST_PROBE_INTERVAL
         self._probing = False
@@ -365,27 +383,43 @@ class DraftLengthSchedule:
     def drafts_this_call(self, rows: int) -> bool:
         """Whether a call of `rows` rows runs the speculative loop at all, or decodes plainly (no drafter).
 
-        Plain when this batch width's cost table exists and no k ≥ 1 is expected to beat a plain step (as plain
-        calls measured it, [`observe_plain_call`]; before any, the verifier's forward alone), except every
-        `probe_interval`-th such call, which drafts so that the acceptance counts and the drafting iterations' cost
-        stay current; the interval doubles after each probe, and starts over once drafting is expected to pay.
+        Once this batch width's cost table exists, the faster kind of call is expected from the calls themselves
+        when at least `_MIN_TIMED_CALLS` of each were timed (the mean of the latest ones' times per step: both
+        measured alike, each with all it costs around the verifier); before that, from the cost table: drafting when
+        some k ≥ 1 is expected to beat a plain step (as plain calls measured it, [`observe_plain_call`]; before any,
+        the verifier's forward alone). The other kind runs now and then so that both stay measured: a drafting call
+        after 2, 4, ... 32 plain calls, a plain call after 8, 16, ... 64 drafting calls (the interval doubles after
+        each probe and starts over when the expected kind changes).
         """
         table = self._tables.get(self._table_key(rows))
+        self._call_table = table
         if table is None:  # nothing measured at this width: the loop calibrates it
             return True
         self._table = table
+        choices = self._call_choices.setdefault(_rows_bucket(rows), CallChoices())
+        self._call_choices_now = choices
+        drafting = self._drafting_expected_faster(table, choices)
+        if drafting != choices.drafting_expected:
+            choices.drafting_expected, choices.since_probe = drafting, 0
+            choices.probe_interval = _FIRST_CALL_PROBE_INTERVAL if not drafting else _FIRST_PLAIN_PROBE_INTERVAL
+        if choices.since_probe >= choices.probe_interval:
+            choices.since_probe = 0
+            limit = _MAX_PLAIN_PROBE_INTERVAL if drafting else _MAX_CALL_PROBE_INTERVAL
+            choices.probe_interval = min(2 * choices.probe_interval, limit)
+            return not drafting
+        choices.since_probe += 1
+        return drafting
+
+    def _drafting_expected_faster(self, table: IterationCostTable, choices: CallChoices) -> bool:
+        """Whether a drafting call is expected to take less time per step than a plain one (see `drafts_this_call`)."""
+        plain, drafting = table.plain_call_steps, choices.drafting_call_steps
+        if len(plain) >= _MIN_TIMED_CALLS and len(drafting) >= _MIN_TIMED_CALLS:
+            # means, not lower quartiles: a drafting call's time per step also varies with how well its drafts did,
+            # so its lower quartile would stand for its luckiest calls
+            return statistics.fmean(drafting) < statistics.fmean(plain)
         acceptance = self.acceptance.probabilities(len(table.verify_seconds) - 1)
-        plain_calls = self._plain_calls.setdefault(_rows_bucket(rows), PlainCalls())
         costs = [table.plain_step, *table.iteration_seconds()[1:]]
-        if choose_draft_length(costs, acceptance) > 0:
-            plain_calls.since_probe, plain_calls.probe_interval = 0, _FIRST_CALL_PROBE_INTERVAL
-            return True
-        if plain_calls.since_probe >= plain_calls.probe_interval:
-            plain_calls.since_probe = 0
-            plain_calls.probe_interval = min(2 * plain_calls.probe_interval, _MAX_CALL_PROBE_INTERVAL)
-            return True
-        plain_calls.since_probe += 1
-        return False
+        return choose_draft_length(costs, acceptance) > 0
 
     def start_plain_call(self) -> None:
         """Start timing a call decoded plainly (after `drafts_this_call` said so)."""
@@ -397,6 +431,18 @@ class DraftLengthSchedule:
         synchronize(self.device)
         if steps > 0:
             self._table.plain_call_steps.append((_clock() - self._started) / steps)
+
+    def start_drafting_call(self) -> None:
+        """Start timing a call that drafts (after `drafts_this_call` said so), before the drafter's set-up."""
+        synchronize(self.device)
+        self._call_started = _clock()
+
+    def observe_drafting_call(self, steps: int) -> None:
+        """End the timing of a drafting call whose output took `steps` steps (what a plain call would have taken);
+        not recorded for a call that calibrated its width's cost table (its timed forwards are not decoding)."""
+        synchronize(self.device)
+        if steps > 0 and self._call_table is not None:
+            self._call_choices_now.drafting_call_steps.append((_clock() - self._call_started) / steps)
 
     def table_for(self, rows: int, measure: Callable[[int], float]) -> IterationCostTable:
         """The cost table of this batch width, calibrated now with `measure(w)` (seconds of one verifier forward

@@ -341,6 +341,42 @@ def test_a_call_decides_from_the_tables_and_counts_of_its_width():
     assert all(schedule.drafts_this_call(1) for _ in range(5))
 
 
+def test_timed_calls_of_both_kinds_decide_over_the_cost_table():
+    """The table expects drafting to pay; drafting calls timed slower per step than plain calls override it, and the
+    kind not chosen still runs now and then."""
+    schedule = DraftLengthSchedule(object, None, 2, (1, 0.0, False), torch.device("cpu"))
+    table = IterationCostTable([1.0, 1.1, 1.2])
+    schedule._tables[(1, "cpu", 2)] = table
+    table.drafting_recent.append((1, 1.2))
+    schedule.acceptance.update(2, [2] * 500)  # drafts always accepted: the table says draft
+    assert schedule.drafts_this_call(1)
+    choices = schedule._call_choices[1]
+    table.plain_call_steps.extend([1.0, 1.1, 1.0])
+    choices.drafting_call_steps.extend([1.3, 1.2])
+    assert schedule.drafts_this_call(1)  # two drafting calls timed: not enough to override the table
+    choices.drafting_call_steps.append(1.25)
+    decisions = [schedule.drafts_this_call(1) for _ in range(8)]
+    # plain from now on, a drafting call after 2 plain ones, then after 4 more
+    assert decisions == [False, False, True, False, False, False, False, True]
+    choices.drafting_call_steps.extend([0.9, 0.8, 0.9, 0.85])  # drafting calls became cheaper than plain ones
+    decisions = [schedule.drafts_this_call(1) for _ in range(26)]
+    # drafting from now on, a plain call after 8 drafting ones, then after 16 more
+    assert decisions == [True] * 8 + [False] + [True] * 16 + [False]
+
+
+def test_a_drafting_call_is_timed_per_step_unless_it_calibrated_its_table(clock):
+    schedule = DraftLengthSchedule(object, None, 2, (1, 0.0, False), torch.device("cpu"))
+    assert schedule.drafts_this_call(1)  # no table yet: this call calibrates it
+    schedule.start_drafting_call()
+    schedule.observe_drafting_call(4)
+    schedule._tables[(1, "cpu", 2)] = IterationCostTable([1.0, 1.1, 1.2])
+    assert schedule.drafts_this_call(1)
+    schedule.start_drafting_call()
+    clock.spend(7.0)  # 8 units from start to end: 2 per step of 4
+    schedule.observe_drafting_call(4)
+    assert list(schedule._call_choices[1].drafting_call_steps) == [2.0]
+
+
 def test_auto_draft_length_keeps_the_sampling_distribution_exact_in_its_support():
     """Sampling with a chosen k: every sampled token is one the processed verifier distribution allows (top_k=1
     makes sampling deterministic, so the output equals greedy's)."""

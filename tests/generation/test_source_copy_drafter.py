@@ -263,7 +263,8 @@ def test_bad_settings_are_refused(kwargs, message):
 def test_k_defaults_to_the_fallbacks_and_any_k_goes_with_a_fallback_without_limit():
     fallback = OracleDrafter(torch.zeros(1, 2, dtype=torch.long), VOCAB_SIZE, num_draft_tokens=3)
     assert SourceCopyDrafter(VOCAB_SIZE, fallback=fallback).num_draft_tokens == 3
-    assert SourceCopyDrafter(VOCAB_SIZE).num_draft_tokens == 8
+    alone = SourceCopyDrafter(VOCAB_SIZE)  # without a fallback: k chosen as decoding runs, up to 8
+    assert (alone.num_draft_tokens, alone.max_draft_tokens) == ("auto", 8)
     assert SourceCopyDrafter(VOCAB_SIZE, num_draft_tokens=9, fallback=fallback).num_draft_tokens == 9
 
 
