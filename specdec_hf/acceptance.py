@@ -153,11 +153,11 @@ def commit_accepted_prefix(
 def accept_all_positions(
     scores: torch.FloatTensor, drafts: torch.LongTensor, budgets: torch.LongTensor, beta: int, tau: float
 ) -> tuple[torch.LongTensor, torch.LongTensor]:
-    """Greedy acceptance of every verified position at once, for scores no processor changes.
+    """Greedy acceptance of every verified position at once.
 
     Args:
-        scores (`torch.FloatTensor` of shape `(rows, k + 1, vocab_size)`): The verifier's scores at the positions
-            that verify the k drafts and give the bonus token.
+        scores (`torch.FloatTensor` of shape `(rows, k + 1, vocab_size)`): The verifier's scores, processed, at the
+            positions that verify the k drafts and give the bonus token.
         drafts (`torch.LongTensor` of shape `(rows, k)`), budgets (`torch.LongTensor` of shape `(rows,)`):
             As in [`commit_accepted_prefix`].
 

@@ -23,12 +23,16 @@ iterations, which places the neighbouring k) and the acceptance counts ([`choose
 deterministic for given measurements; it never looks at the drafts being verified, so β=1 stays exactly greedy and speculative
 sampling keeps its distribution whatever k is chosen.
 
-A whole call can skip the loop ([`DraftLengthSchedule.drafts_this_call`]): when even the best k is expected to give
-fewer tokens per second than a plain decoding step (the verifier's forward alone, with none of the loop's costs
-around it), the call decodes with transformers' own greedy/sampling loop, exactly as `generate()` without a drafter
-would, and skips the drafter's set-up too. Such calls are probed with drafting now and then, at growing intervals.
-The loop's own k = 0 iterations cannot stand in for that: at batch > 1 they still re-feed the rows that advanced
-unevenly. Since the measurements are the machine's, the sequence of k
+A whole call can skip the loop ([`DraftLengthSchedule.drafts_this_call`]) and decode with transformers' own
+greedy/sampling loop, exactly as `generate()` without a drafter would, skipping the drafter's set-up too. Which kind
+of call runs is decided by the calls themselves once three of each were timed (the mean time per step of the latest
+ones, each kind with all it costs around the verifier: a table of single iterations and a plain call's average do
+not compare alike); before that, by the cost table: plain when even the best k is expected to give fewer tokens per
+second than a plain decoding step (the verifier's forward alone, with none of the loop's costs around it, until
+plain calls were timed). The kind not chosen still runs now and then, at growing intervals (a drafting call after 2,
+4, ... 32 plain calls; a plain call after 8, 16, ... 64 drafting calls), so that both stay measured. The loop's own
+k = 0 iterations cannot stand in for plain calls: at batch > 1 they still re-feed the rows that advanced unevenly.
+Since the measurements are the machine's, the sequence of k
 is not reproducible from run to run: a seeded sampling run draws other numbers, and the relaxed rule (β > 1), whose
 output depends on k, can write another output. The measurements are per process and not guarded by a lock: calls of
 `generate()` in parallel threads share them and time each other's load.
@@ -52,9 +56,9 @@ from ..device_sync import synchronize
 __all__ = [
     "AUTO",
     "AcceptanceEstimate",
+    "CallChoices",
     "DraftLengthSchedule",
     "IterationCostTable",
-    "CallChoices",
     "calibrate",
     "choose_draft_length",
     "clear_measurements",
@@ -173,8 +177,6 @@ class IterationCostTable:
         per_draft_recent (`deque[tuple[int, float]]`): Readings of what one draft more costs an iteration: the
             smaller k of two consecutive drafting iterations whose k differs by one (the step from it to the next),
             and the difference in their times per draft.
-        plain_call_steps (`deque[float]`): The time per step of the latest calls decoded plainly (transformers' own
-            loop, `DraftLengthSchedule.drafts_this_call`).
         drafting_iterations (`int`): Drafting iterations chosen with this table, across calls (every
             `_NEIGHBOUR_INTERVAL`-th runs a neighbouring k).
     """
@@ -183,18 +185,10 @@ class IterationCostTable:
     plain_recent: deque = field(default_factory=lambda: deque(maxlen=_RECENT_ITERATIONS))
     drafting_recent: deque = field(default_factory=lambda: deque(maxlen=_RECENT_ITERATIONS))
     per_draft_recent: deque = field(default_factory=lambda: deque(maxlen=_RECENT_PER_DRAFT))
-    plain_call_steps: deque = field(default_factory=lambda: deque(maxlen=_RECENT_CALLS))
     drafting_iterations: int = 0
     # `step_costs`' last result and what it was computed from: (width, count of readings, the newest reading object);
     # readings are only appended, so these change whenever the result may
     _step_costs_memo: tuple | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def plain_step(self) -> float:
-        """What a step of plain decoding costs: measured on plain calls (lower quartile) once there were some, else
-        the verifier's forward alone (optimistic for plain decoding: it wins every call drafting cannot clearly win)."""
-        measured = _lower_quartile(self.plain_call_steps)
-        return self.verify_seconds[0] if measured is None else measured
 
     @property
     def per_draft(self) -> float:
@@ -303,15 +297,19 @@ def _lower_quartile(values: Sequence[float]) -> float | None:
 
 @dataclass
 class CallChoices:
-    """How whole calls of one batch width were decoded under one rule: what drafting calls cost per step, which kind
-    was last expected to be faster, the calls of that kind since the other was last run, and how many to run before
-    running the other once (a probe).
+    """How whole calls of one cost table's batch width were decoded under one rule: what calls of each kind cost per
+    step, which kind was last expected to be faster, the calls of that kind since the other was last run, and how
+    many to run before running the other once (a probe).
 
     Args:
+        plain_call_steps (`deque[float]`): The time per step of the latest calls decoded plainly (transformers' own
+            loop).
         drafting_call_steps (`deque[float]`): The time per step of the latest drafting calls (the drafter's set-up and
-            the loop, per step of output; what drafts are worth depends on the rule, so this is kept per rule).
+            the loop, per step of output). Both are kept per rule: what drafts are worth depends on it, and sampling's
+            plain steps cost more than greedy's.
     """
 
+    plain_call_steps: deque = field(default_factory=lambda: deque(maxlen=_RECENT_CALLS))
     drafting_call_steps: deque = field(default_factory=lambda: deque(maxlen=_RECENT_CALLS))
     drafting_expected: bool | None = None
     since_probe: int = 0
@@ -367,6 +365,7 @@ class DraftLengthSchedule:
         self._call_table: IterationCostTable | None = None
         self._call_choices_now: CallChoices | None = None
         self._call_started: float | None = None
+        self._calibrated_in_call = False
         self._plain_streak = 0
         self._probe_interval = _FIRST_PROBE_INTERVAL
         self._probing = False
@@ -396,7 +395,7 @@ class DraftLengthSchedule:
         if table is None:  # nothing measured at this width: the loop calibrates it
             return True
         self._table = table
-        choices = self._call_choices.setdefault(_rows_bucket(rows), CallChoices())
+        choices = self._call_choices.setdefault(self._table_key(rows), CallChoices())
         self._call_choices_now = choices
         drafting = self._drafting_expected_faster(table, choices)
         if drafting != choices.drafting_expected:
@@ -404,22 +403,27 @@ class DraftLengthSchedule:
             choices.probe_interval = _FIRST_CALL_PROBE_INTERVAL if not drafting else _FIRST_PLAIN_PROBE_INTERVAL
         if choices.since_probe >= choices.probe_interval:
             choices.since_probe = 0
-            limit = _MAX_PLAIN_PROBE_INTERVAL if drafting else _MAX_CALL_PROBE_INTERVAL
-            choices.probe_interval = min(2 * choices.probe_interval, limit)
+            probed = choices.plain_call_steps if drafting else choices.drafting_call_steps
+            if len(probed) + 1 >= _MIN_TIMED_CALLS:  # the interval grows once the other kind's timings can decide
+                limit = _MAX_PLAIN_PROBE_INTERVAL if drafting else _MAX_CALL_PROBE_INTERVAL
+                choices.probe_interval = min(2 * choices.probe_interval, limit)
             return not drafting
         choices.since_probe += 1
         return drafting
 
     def _drafting_expected_faster(self, table: IterationCostTable, choices: CallChoices) -> bool:
         """Whether a drafting call is expected to take less time per step than a plain one (see `drafts_this_call`)."""
-        plain, drafting = table.plain_call_steps, choices.drafting_call_steps
+        plain, drafting = choices.plain_call_steps, choices.drafting_call_steps
         if len(plain) >= _MIN_TIMED_CALLS and len(drafting) >= _MIN_TIMED_CALLS:
             # means, not lower quartiles: a drafting call's time per step also varies with how well its drafts did,
             # so its lower quartile would stand for its luckiest calls
             return statistics.fmean(drafting) < statistics.fmean(plain)
+        # a plain step as plain calls measured it (lower quartile), before any the verifier's forward alone
+        # (optimistic for plain decoding: it wins every call drafting cannot clearly win)
+        plain_step = _lower_quartile(plain)
+        plain_step = table.verify_seconds[0] if plain_step is None else plain_step
         acceptance = self.acceptance.probabilities(len(table.verify_seconds) - 1)
-        costs = [table.plain_step, *table.iteration_seconds()[1:]]
-        return choose_draft_length(costs, acceptance) > 0
+        return choose_draft_length([plain_step, *table.iteration_seconds()[1:]], acceptance) > 0
 
     def start_plain_call(self) -> None:
         """Start timing a call decoded plainly (after `drafts_this_call` said so)."""
@@ -430,7 +434,7 @@ class DraftLengthSchedule:
         """End the timing of a plain call of `steps` decoding steps (its output is on the host or waited for)."""
         synchronize(self.device)
         if steps > 0:
-            self._table.plain_call_steps.append((_clock() - self._started) / steps)
+            self._call_choices_now.plain_call_steps.append((_clock() - self._started) / steps)
 
     def start_drafting_call(self) -> None:
         """Start timing a call that drafts (after `drafts_this_call` said so), before the drafter's set-up."""
@@ -439,9 +443,10 @@ class DraftLengthSchedule:
 
     def observe_drafting_call(self, steps: int) -> None:
         """End the timing of a drafting call whose output took `steps` steps (what a plain call would have taken);
-        not recorded for a call that calibrated its width's cost table (its timed forwards are not decoding)."""
+        not recorded for a call that calibrated a cost table (its timed forwards are not decoding: at its start, or
+        at a smaller width once rows finished)."""
         synchronize(self.device)
-        if steps > 0 and self._call_table is not None:
+        if steps > 0 and self._call_table is not None and not self._calibrated_in_call:
             self._call_choices_now.drafting_call_steps.append((_clock() - self._call_started) / steps)
 
     def table_for(self, rows: int, measure: Callable[[int], float]) -> IterationCostTable:
@@ -452,6 +457,7 @@ class DraftLengthSchedule:
         if table is None:
             table = IterationCostTable(calibrate(measure, self.max_draft_tokens + 1))
             self._tables[key] = table
+            self._calibrated_in_call = True
         return table
 
     def next_k(self, rows: int, limit: int, measure: Callable[[int], float]) -> int:

@@ -2,7 +2,10 @@
 
 Position i of a row is scored after that row's committed tokens and its first i drafts. Plain decoding applies the
 processors in turn to one prefix; a position's scores depend on its own prefix only, so applying each processor to
-every position before the next processor gives each position exactly what the processors in turn give it. Each
+every position before the next processor gives each position exactly what the processors in turn give it, for the
+processors `generate()` builds: stateless, each row's scores from that row alone (a processor that keeps state
+between calls or draws random numbers sees its calls in another order; such processors were never exact with
+drafts verified several at a time). Each
 processor then runs once per iteration where its effect can be computed for all positions at once, with the same
 values transformers' own `__call__` writes:
 
@@ -67,7 +70,8 @@ def process_every_position(
         groups = _length_groups(lengths, host_lengths)
         # a copy: processors may write into the scores they are given
         return _process_by_length(logits_processor, committed, groups, 0, logits[:, 0].clone()).unsqueeze(1)
-    prefixes = committed.clone()
+    # the columns any position reads: up to the longest row's drafts
+    prefixes = committed[:, : max(host_lengths) + drafts.shape[1]].clone()
     prefixes.scatter_(1, lengths.unsqueeze(1) + torch.arange(drafts.shape[1], device=drafts.device), drafts)
     # position-major, so that a position's scores are one contiguous block; a copy, as above
     scores = logits.transpose(0, 1).clone(memory_format=torch.contiguous_format)
@@ -142,19 +146,20 @@ def _forced_bos(processor, prefixes, prefix_lengths, scores):
     return _where_length(prefix_lengths == 1, _forced_token(processor.bos_token_id, scores), scores)
 
 
-def _eos_banned(eos_token_id, scores: torch.FloatTensor) -> torch.FloatTensor:
-    """The scores a minimum length writes where it acts: `-inf` at the EOS ids."""
+def _eos_banned(too_short: torch.BoolTensor, eos_token_id, scores: torch.FloatTensor) -> torch.FloatTensor:
+    """What a minimum length writes: `-inf` at the EOS ids of the `(position, row)` pairs still too short."""
     vocab = torch.arange(scores.shape[-1], device=scores.device)
-    return torch.where(torch.isin(vocab, eos_token_id.to(scores.device)), -math.inf, scores)
+    is_eos = torch.isin(vocab, eos_token_id.to(scores.device))
+    return scores.masked_fill(too_short.unsqueeze(-1) & is_eos, -math.inf)
 
 
 def _min_length(processor, prefixes, prefix_lengths, scores):
-    return _where_length(prefix_lengths < processor.min_length, _eos_banned(processor.eos_token_id, scores), scores)
+    return _eos_banned(prefix_lengths < processor.min_length, processor.eos_token_id, scores)
 
 
 def _min_new_tokens(processor, prefixes, prefix_lengths, scores):
     too_short = prefix_lengths - processor.prompt_length_to_skip < processor.min_new_tokens
-    return _where_length(too_short, _eos_banned(processor.eos_token_id, scores), scores)
+    return _eos_banned(too_short, processor.eos_token_id, scores)
 
 
 def _no_repeat_ngram(processor, prefixes, prefix_lengths, scores):

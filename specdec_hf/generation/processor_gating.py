@@ -2,13 +2,17 @@
 
 Several processors that `generate()` adds act only at some prefix lengths: `forced_eos_token_id` at the last position
 (`max_length - 1`), `forced_bos_token_id` at length 1, `min_length` / `min_new_tokens` below a length. Outside those
-lengths they return the scores unchanged. An iteration verifies prefix lengths `[shortest row, longest row + k]`; when
-no processor can act on any of them, the loop may judge all positions at once on the raw scores (the result is the
-same), instead of running the processors position by position. Unknown processors are always assumed to act.
+lengths they return the scores unchanged. An iteration verifies prefix lengths `[shortest row, longest row + k]`; the
+processors that cannot act on any of them are left out of its processing (the result is the same). Unknown
+processors are always assumed to act.
 
 Other processors act at every length but read nothing of the prefix: a ban of single tokens (`bad_words_ids=[[pad]]`,
 which every OPUS-MT checkpoint's generation config carries), `suppress_tokens`, a `sequence_bias` of single tokens.
-They give the same scores at every position, so they are applied to all verified positions at once.
+They give the same scores at every position, so they are applied to all verified positions at once, with no prefix
+built. Which processors read the prefix, and how they are applied then: `position_processing`.
+
+The loop calls the processors with `(input_ids, scores)` only, as `generate()` does: [`check_processor_arguments`]
+checks that once per call, and [`CalledInTurn`] calls them without reading their signatures again.
 """
 
 from __future__ import annotations

@@ -459,7 +459,8 @@ def _verifier_input(
     max_uncached = batch.longest - cache_length  # the host's lengths: no read of the device's
     if batch.shortest == batch.longest:
         uncached = committed[:, cache_length : cache_length + max_uncached]
-        return (torch.cat([uncached, drafts], dim=1) if k > 0 else uncached), None
+        # a plain step feeds the slice itself, contiguous as the concatenation was (a decoder may flatten its ids)
+        return (torch.cat([uncached, drafts], dim=1) if k > 0 else uncached.contiguous()), None
     width = max_uncached + k
     offsets = torch.arange(width, device=committed.device).unsqueeze(0)
     uncached = (batch.lengths - cache_length).unsqueeze(1)

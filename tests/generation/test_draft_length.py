@@ -312,12 +312,13 @@ def test_a_call_where_drafting_cannot_pay_decodes_plainly_and_probes_now_and_the
     drafter = SlowWrongDrafter(reference.sequences, VOCAB_SIZE, 4, "wrong", clock=clock)
     _generate_auto(model, inputs, drafter, max_new_tokens=30)  # measures this width, learns the drafts are worthless
     drafted_calls = []
-    for _ in range(9):
+    for _ in range(10):
         output = _generate_auto(model, inputs, drafter, max_new_tokens=30, output_scores=True)
         assert torch.equal(output.sequences, reference.sequences)
         drafted_calls.append(output.speculative_stats.drafter_calls > 0)
-    # plain calls, with a probe of drafting after 2, then after 4 more (the interval doubles)
-    assert drafted_calls == [False, False, True, False, False, False, False, True, False]
+    # plain calls, with a probe of drafting after every 2 until three drafting calls were timed (the first call
+    # calibrated: not timed); from then on the interval doubles
+    assert drafted_calls == [False, False, True, False, False, True, False, False, True, False]
     plain = output.speculative_stats
     pad = model.generation_config.pad_token_id
     generated = reference.sequences[:, 1:]
@@ -336,7 +337,7 @@ def test_a_call_decides_from_the_tables_and_counts_of_its_width():
     table.drafting_recent.append((1, 1.6))
     schedule.acceptance.update(2, [0] * 50)  # drafts never accepted: no k beats a plain forward of 1.0
     decisions = [schedule.drafts_this_call(1) for _ in range(12)]
-    assert decisions == [False, False, True, False, False, False, False, True] + [False] * 4
+    assert decisions == [False, False, True] * 4  # no drafting call timed: probed every 2 calls
     schedule.acceptance.update(2, [2] * 500)  # drafts now sure: every call drafts
     assert all(schedule.drafts_this_call(1) for _ in range(5))
 
@@ -350,8 +351,8 @@ def test_timed_calls_of_both_kinds_decide_over_the_cost_table():
     table.drafting_recent.append((1, 1.2))
     schedule.acceptance.update(2, [2] * 500)  # drafts always accepted: the table says draft
     assert schedule.drafts_this_call(1)
-    choices = schedule._call_choices[1]
-    table.plain_call_steps.extend([1.0, 1.1, 1.0])
+    choices = schedule._call_choices[(1, "cpu", 2)]
+    choices.plain_call_steps.extend([1.0, 1.1, 1.0])
     choices.drafting_call_steps.extend([1.3, 1.2])
     assert schedule.drafts_this_call(1)  # two drafting calls timed: not enough to override the table
     choices.drafting_call_steps.append(1.25)
@@ -374,7 +375,14 @@ def test_a_drafting_call_is_timed_per_step_unless_it_calibrated_its_table(clock)
     schedule.start_drafting_call()
     clock.spend(7.0)  # 8 units from start to end: 2 per step of 4
     schedule.observe_drafting_call(4)
-    assert list(schedule._call_choices[1].drafting_call_steps) == [2.0]
+    assert list(schedule._call_choices[(1, "cpu", 2)].drafting_call_steps) == [2.0]
+    # rows finished and a smaller width was calibrated during the call: its time is not decoding's
+    schedule._tables[(4, "cpu", 2)] = IterationCostTable([1.0, 1.1, 1.2])
+    assert schedule.drafts_this_call(4)
+    schedule.start_drafting_call()
+    schedule.table_for(2, lambda width: 1.0)
+    schedule.observe_drafting_call(4)
+    assert not schedule._call_choices[(4, "cpu", 2)].drafting_call_steps
 
 
 def test_auto_draft_length_keeps_the_sampling_distribution_exact_in_its_support():
@@ -466,9 +474,10 @@ def test_plain_calls_are_compared_at_the_cost_they_were_measured_at():
     schedule._tables[(1, "cpu", 2)] = table
     table.drafting_recent.append((1, 2.0))  # with the forward's 0.5 per draft: k=1 2.0, k=2 2.5
     schedule.acceptance.update(2, [1] * 40)  # the first draft always accepted, the second never
-    assert table.plain_step == 1.0 and not schedule.drafts_this_call(1)  # 2 tokens / 2.0 s is no better than 1 / 1.0
-    table.plain_call_steps.extend([1.6, 1.5, 1.7])  # plain calls measured slower than the forward alone
-    assert table.plain_step == 1.5 and schedule.drafts_this_call(1)
+    assert not schedule.drafts_this_call(1)  # 2 tokens / 2.0 s is no better than 1 / 1.0 (the forward alone)
+    # plain calls measured slower than the forward alone (lower quartile 1.5)
+    schedule._call_choices[(1, "cpu", 2)].plain_call_steps.extend([1.6, 1.5, 1.7])
+    assert schedule.drafts_this_call(1)
 
 
 @pytest.mark.parametrize("name", ["token_streamer", "streamer"])

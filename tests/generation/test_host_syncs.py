@@ -126,6 +126,7 @@ _PER_ITERATION_MODULES = (
     specdec_hf.generation.speculative_loop,
     specdec_hf.acceptance,
     specdec_hf.generation.processor_gating,
+    specdec_hf.generation.position_processing,
     specdec_hf.generation.spec_drafter_adapter,
 )
 

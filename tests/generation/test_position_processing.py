@@ -92,7 +92,7 @@ def test_the_ragged_case_exercises_every_processor(name):
     """The comparison above is not vacuous: on ragged rows with k = 4 every set changes some position's scores."""
     committed, lengths, drafts, logits = _iteration([1, 7, 7, 8], 4, 0)
     processed = process_every_position(
-        CalledInTurn(PROCESSOR_SETS[name]), committed, lengths, [3, 7, 7, 8], drafts, logits
+        CalledInTurn(PROCESSOR_SETS[name]), committed, lengths, [1, 7, 7, 8], drafts, logits
     )
     assert not torch.equal(processed, logits)
 
