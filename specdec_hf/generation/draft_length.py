@@ -30,7 +30,8 @@ ones, each kind with all it costs around the verifier: a table of single iterati
 not compare alike); before that, by the cost table: plain when even the best k is expected to give fewer tokens per
 second than a plain decoding step (the verifier's forward alone, with none of the loop's costs around it, until
 plain calls were timed). The kind not chosen still runs now and then, at growing intervals (a drafting call after 2,
-4, ... 32 plain calls; a plain call after 8, 16, ... 64 drafting calls), so that both stay measured. The loop's own
+4, ... 32 plain calls; a plain call after 8, 16, ... 64 drafting calls, every 8 until three were timed), so that both
+stay measured. The loop's own
 k = 0 iterations cannot stand in for plain calls: at batch > 1 they still re-feed the rows that advanced unevenly.
 Since the measurements are the machine's, the sequence of k
 is not reproducible from run to run: a seeded sampling run draws other numbers, and the relaxed rule (β > 1), whose
@@ -388,7 +389,7 @@ class DraftLengthSchedule:
         some k ≥ 1 is expected to beat a plain step (as plain calls measured it, [`observe_plain_call`]; before any,
         the verifier's forward alone). The other kind runs now and then so that both stay measured: a drafting call
         after 2, 4, ... 32 plain calls, a plain call after 8, 16, ... 64 drafting calls (the interval doubles after
-        each probe and starts over when the expected kind changes).
+        each probe, for plain calls once three were timed, and starts over when the expected kind changes).
         """
         table = self._tables.get(self._table_key(rows))
         self._call_table = table
@@ -403,8 +404,9 @@ class DraftLengthSchedule:
             choices.probe_interval = _FIRST_CALL_PROBE_INTERVAL if not drafting else _FIRST_PLAIN_PROBE_INTERVAL
         if choices.since_probe >= choices.probe_interval:
             choices.since_probe = 0
-            probed = choices.plain_call_steps if drafting else choices.drafting_call_steps
-            if len(probed) + 1 >= _MIN_TIMED_CALLS:  # the interval grows once the other kind's timings can decide
+            # while drafting is expected, plain calls keep their first interval until three were timed: the table's
+            # drafting iterations can look cheaper than drafting calls are, and the timed calls settle it
+            if not drafting or len(choices.plain_call_steps) + 1 >= _MIN_TIMED_CALLS:
                 limit = _MAX_PLAIN_PROBE_INTERVAL if drafting else _MAX_CALL_PROBE_INTERVAL
                 choices.probe_interval = min(2 * choices.probe_interval, limit)
             return not drafting

@@ -316,9 +316,8 @@ def test_a_call_where_drafting_cannot_pay_decodes_plainly_and_probes_now_and_the
         output = _generate_auto(model, inputs, drafter, max_new_tokens=30, output_scores=True)
         assert torch.equal(output.sequences, reference.sequences)
         drafted_calls.append(output.speculative_stats.drafter_calls > 0)
-    # plain calls, with a probe of drafting after every 2 until three drafting calls were timed (the first call
-    # calibrated: not timed); from then on the interval doubles
-    assert drafted_calls == [False, False, True, False, False, True, False, False, True, False]
+    # plain calls, with a probe of drafting after 2, then after 4 more (the interval doubles)
+    assert drafted_calls == [False, False, True, False, False, False, False, True, False, False]
     plain = output.speculative_stats
     pad = model.generation_config.pad_token_id
     generated = reference.sequences[:, 1:]
@@ -337,7 +336,7 @@ def test_a_call_decides_from_the_tables_and_counts_of_its_width():
     table.drafting_recent.append((1, 1.6))
     schedule.acceptance.update(2, [0] * 50)  # drafts never accepted: no k beats a plain forward of 1.0
     decisions = [schedule.drafts_this_call(1) for _ in range(12)]
-    assert decisions == [False, False, True] * 4  # no drafting call timed: probed every 2 calls
+    assert decisions == [False, False, True, False, False, False, False, True] + [False] * 4
     schedule.acceptance.update(2, [2] * 500)  # drafts now sure: every call drafts
     assert all(schedule.drafts_this_call(1) for _ in range(5))
 
@@ -363,6 +362,12 @@ def test_timed_calls_of_both_kinds_decide_over_the_cost_table():
     decisions = [schedule.drafts_this_call(1) for _ in range(26)]
     # drafting from now on, a plain call after 8 drafting ones, then after 16 more
     assert decisions == [True] * 8 + [False] + [True] * 16 + [False]
+    fresh = DraftLengthSchedule(object, None, 2, (1, 0.5, False), torch.device("cpu"))  # another rule: no timed calls
+    fresh._tables[(1, "cpu", 2)] = table
+    fresh.acceptance.update(2, [2] * 500)
+    decisions = [fresh.drafts_this_call(1) for _ in range(27)]
+    # the table says draft: a plain call after every 8 until three plain calls were timed (none is, here)
+    assert decisions == ([True] * 8 + [False]) * 3
 
 
 def test_a_drafting_call_is_timed_per_step_unless_it_calibrated_its_table(clock):
