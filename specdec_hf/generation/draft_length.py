@@ -31,12 +31,11 @@ not compare alike); before that, by the cost table: plain when even the best k i
 second than a plain decoding step (the verifier's forward alone, with none of the loop's costs around it, until
 plain calls were timed). The kind not chosen still runs now and then, at growing intervals (a drafting call after 2,
 4, ... 32 plain calls; a plain call after 8, 16, ... 64 drafting calls, every 8 until three were timed), so that both
-stay measured. The loop's own
-k = 0 iterations cannot stand in for plain calls: at batch > 1 they still re-feed the rows that advanced unevenly.
-Since the measurements are the machine's, the sequence of k
-is not reproducible from run to run: a seeded sampling run draws other numbers, and the relaxed rule (β > 1), whose
-output depends on k, can write another output. The measurements are per process and not guarded by a lock: calls of
-`generate()` in parallel threads share them and time each other's load.
+stay measured. The loop's own k = 0 iterations cannot stand in for plain calls: at batch > 1 they still re-feed the
+rows that advanced unevenly. Since the measurements are the machine's, the sequence of k is not reproducible from
+run to run: a seeded sampling run draws other numbers, and the relaxed rule (β > 1), whose output depends on k, can
+write another output. The measurements are per process and not guarded by a lock: calls of `generate()` in parallel
+threads share them and time each other's load.
 """
 
 from __future__ import annotations
