@@ -361,8 +361,7 @@ class DraftLengthSchedule:
             per_rule = {}
         self.acceptance, self._call_choices = per_rule.setdefault(rule, (AcceptanceEstimate(), {}))
         self._table: IterationCostTable | None = None
-        # this call's table as it was when the call started (None: the call calibrates it), and its call choices
-        self._call_table: IterationCostTable | None = None
+        # this call's choices of its width (None: no table at its start, the call calibrates it)
         self._call_choices_now: CallChoices | None = None
         self._call_started: float | None = None
         self._calibrated_in_call = False
@@ -390,12 +389,12 @@ class DraftLengthSchedule:
         after 2, 4, ... 32 plain calls, a plain call after 8, 16, ... 64 drafting calls (the interval doubles after
         each probe, for plain calls once three were timed, and starts over when the expected kind changes).
         """
-        table = self._tables.get(self._table_key(rows))
-        self._call_table = table
+        key = self._table_key(rows)
+        table = self._tables.get(key)
         if table is None:  # nothing measured at this width: the loop calibrates it
             return True
         self._table = table
-        choices = self._call_choices.setdefault(self._table_key(rows), CallChoices())
+        choices = self._call_choices.setdefault(key, CallChoices())
         self._call_choices_now = choices
         drafting = self._drafting_expected_faster(table, choices)
         if drafting != choices.drafting_expected:
@@ -447,7 +446,7 @@ class DraftLengthSchedule:
         not recorded for a call that calibrated a cost table (its timed forwards are not decoding: at its start, or
         at a smaller width once rows finished)."""
         synchronize(self.device)
-        if steps > 0 and self._call_table is not None and not self._calibrated_in_call:
+        if steps > 0 and self._call_choices_now is not None and not self._calibrated_in_call:
             self._call_choices_now.drafting_call_steps.append((_clock() - self._call_started) / steps)
 
     def table_for(self, rows: int, measure: Callable[[int], float]) -> IterationCostTable:

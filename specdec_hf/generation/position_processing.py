@@ -63,8 +63,8 @@ def process_every_position(
     Returns:
         `torch.FloatTensor` of shape `(rows, k + 1, vocab_size)`: `logits` itself when no processor acts.
     """
-    if len(logits_processor) == 0:
-        return logits
+    if all(is_position_independent(processor) for processor in logits_processor):  # none reads a prefix: none built
+        return apply_to_every_position(logits_processor, logits)
     positions = logits.shape[1]
     if positions == 1:  # a plain step: the processors in turn, as greedy decoding calls them (fewer operations)
         groups = _length_groups(lengths, host_lengths)

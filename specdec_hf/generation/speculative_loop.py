@@ -46,12 +46,7 @@ from .aligned_rows import criteria_read_scores, reads_row_index, stop_aligned
 from .draft_length import DraftLengthSchedule, time_forward
 from .loop_state import ActiveBatch, LoopResult, RowContext, Rows, SpeculativeLoopConfig
 from .position_processing import process_every_position
-from .processor_gating import (
-    apply_to_every_position,
-    check_processor_arguments,
-    is_position_independent,
-    processors_acting_on,
-)
+from .processor_gating import check_processor_arguments, processors_acting_on
 from .proposal_checks import check_proposal, make_safe, raise_for_value_facts
 from .stats import SpeculativeDecodingStats
 from .stopping import stop_at_eos, stop_by_criteria
@@ -528,10 +523,7 @@ def accept(
         `scores` `(rows, k + 1, vocab_size)` (the processed scores), `new_tokens` `(rows, k + 1)` whose first
         `num_accepted + 1` are appended, and `num_accepted` `(rows,)`.
     """
-    if all(is_position_independent(processor) for processor in acting):
-        scores = apply_to_every_position(acting, logits)
-    else:
-        scores = process_every_position(acting, batch.committed, batch.lengths, batch.host_lengths, drafts, logits)
+    scores = process_every_position(acting, batch.committed, batch.lengths, batch.host_lengths, drafts, logits)
     if config.do_sample:
         new_tokens, num_accepted = judge_per_position(scores, drafts, budgets, SamplingRule(proposal_q))
     else:

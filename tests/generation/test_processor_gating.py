@@ -18,7 +18,7 @@ from transformers.generation.logits_process import (
 )
 
 from specdec_hf import speculative_generate
-from specdec_hf.generation import speculative_loop
+from specdec_hf.generation import position_processing
 from specdec_hf.generation.processor_gating import (
     apply_to_every_position,
     is_position_independent,
@@ -119,11 +119,11 @@ def test_a_multi_token_ban_takes_the_per_position_path_and_stays_exact(monkeypat
 
 def _count_per_position_calls(monkeypatch) -> list:
     calls = []
-    original = speculative_loop.process_every_position
+    original = position_processing._process_by_length
 
     def counting(*args, **kwargs):
         calls.append(1)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(speculative_loop, "process_every_position", counting)
+    monkeypatch.setattr(position_processing, "_process_by_length", counting)
     return calls
