@@ -245,7 +245,8 @@ class IterationCostTable:
         A plain iteration costs the lower quartile of the recent plain ones (a slow moment only ever adds time; with
         few readings, the least); a drafting one a base (its cost at k = 1) plus the `step_costs` up to its k, the base
         the lower quartile of the recent drafting iterations' times less their steps'; the plain cost and the base
-        are never less than the calibrated plain forward (an iteration of either kind runs at least that). Unseen, a
+        are never less than the calibrated plain forward (an iteration of either kind runs at least that), and a drafting
+        iteration never costs less than a plain one plus what its drafts add to the calibrated forward. Unseen, a
         plain iteration costs the calibrated forward alone, and a drafting iteration's base what a plain one costs:
         both optimistic, so that each kind gets tried.
         """
@@ -260,7 +261,12 @@ class IterationCostTable:
         base = plain if base is None else base
         floor = self.verify_seconds[0]
         plain, base = max(plain, floor), max(base, floor)
-        return [plain] + [base + offsets[k - 1] for k in range(1, width + 1)]
+        # a drafting iteration runs all a plain one does and a wider forward: the readings of the two kinds come from
+        # other positions (drafts come where the drafter finds something, often early, at short caches) and cannot
+        # make it cheaper than that
+        return [plain] + [
+            max(base + offsets[k - 1], plain + self.verify_seconds[k] - floor) for k in range(1, width + 1)
+        ]
 
     def observe(self, k: int, seconds: float, previous: tuple[int, float] | None = None) -> tuple[int, float] | None:
         """Record one timed iteration that chose `k` drafts, and, with the `previous` drafting iteration's

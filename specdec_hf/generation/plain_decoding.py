@@ -58,12 +58,13 @@ def plain_decoding(
     """
     if streamer is not None and stream_prompt:
         streamer.put(input_ids.cpu())
-    recording = _FinishRecordingCriteria(stopping_criteria)
+    # the finish lengths feed the statistics only: without them, the criteria as they are (no work per step)
+    recording = _FinishRecordingCriteria(stopping_criteria) if generation_config.return_dict_in_generate else None
     output = type(model)._sample(
         model,
         input_ids,
         logits_processor=logits_processor,
-        stopping_criteria=recording,
+        stopping_criteria=stopping_criteria if recording is None else recording,
         generation_config=generation_config,
         synced_gpus=False,
         streamer=streamer,

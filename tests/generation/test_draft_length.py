@@ -156,7 +156,23 @@ def test_no_iteration_costs_less_than_a_plain_forward_and_drafts_still_cost():
     table = IterationCostTable([1.0, 1.1, 1.2])
     table.drafting_recent.extend([(1, 0.2), (2, 0.3)])  # a short cache: less than the calibration's forward
     table.plain_recent.append(0.5)
-    assert table.iteration_seconds() == pytest.approx([1.0, 1.0, 1.1])  # the base floored, not each k's cost
+    # the base floored, and each k at least the plain cost plus what its drafts add to the calibrated forward
+    assert table.iteration_seconds() == pytest.approx([1.0, 1.1, 1.2])
+
+
+def test_drafting_never_looks_cheaper_than_a_plain_iteration_and_its_wider_forward():
+    """Drafts come where the drafter finds something (often early, at short caches): their iterations' readings
+    can undercut the plain ones taken elsewhere, but a drafting iteration runs all a plain one does and more."""
+    table = IterationCostTable([1.0, 1.3, 1.5])
+    table.plain_recent.extend([2.0] * 4)
+    table.drafting_recent.extend([(1, 2.05)] * 4)  # read where caches were short: barely above a plain iteration
+    costs = table.iteration_seconds()
+    assert costs == pytest.approx([2.0, 2.3, 2.5])
+    # what one draft in ten accepted is worth there: not enough for the wider forward (1.1 / 2.3 < 1 / 2.0)
+    assert choose_draft_length(costs, [0.1, 0.01]) == 0
+    table.drafting_recent.clear()
+    table.drafting_recent.extend([(1, 2.6)] * 4)  # dearer than the floor: the readings stand
+    assert table.iteration_seconds()[1] == pytest.approx(2.6)
 
 
 def test_the_schedule_pairs_only_consecutive_timed_drafting_iterations_of_one_table(clock):
