@@ -112,3 +112,23 @@ def test_a_verifier_encoder_reader_built_for_another_width_is_named(bart, inputs
     drafter = SpecDrafterModel.from_verifier(wide, max_draft_tokens=4, decoder_layers=1, use_verifier_encoder=True)
     with pytest.raises(ValueError, match=r"built for a verifier of width 64 .*has width 32: use the drafter with"):
         _generate(bart, inputs, drafter=drafter)
+
+
+def test_the_vocabulary_check_follows_a_resized_verifier(bart, inputs):
+    """The verifier's vocabulary size is kept between calls (reading it deep-copies a flat config) but read again
+    once the config's vocabulary changes: a drafter of the old size is then refused, one of the new size runs."""
+    _generate(bart, inputs)
+    bart.resize_token_embeddings(VOCAB_SIZE + 8)
+    with pytest.raises(ValueError, match="vocabulary size"):
+        _generate(bart, inputs)
+    assert _generate(bart, inputs, drafter=RandomDrafter(VOCAB_SIZE + 8)).shape[0] == 2
+
+
+def test_the_vocabulary_checked_is_the_decoders_own():
+    """Marian's target vocabulary (`decoder_vocab_size`) is the one a drafter must match, as transformers reads it."""
+    model = build_verifier("marian", decoder_vocab_size=VOCAB_SIZE - 4)
+    assert model.config.vocab_size == VOCAB_SIZE
+    source = make_source_batch(1, pad_token_id=model.config.pad_token_id)
+    with pytest.raises(ValueError, match="vocabulary size"):
+        _generate(model, source, drafter=RandomDrafter(VOCAB_SIZE))
+    assert _generate(model, source, drafter=RandomDrafter(VOCAB_SIZE - 4)).shape[0] == 1
