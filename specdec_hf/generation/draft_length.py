@@ -14,12 +14,13 @@ iteration; this module chooses it from two measured things:
   this verifier and drafter under this rule (kept for the process, so that the next `generate()` starts informed).
 
 Each iteration takes the k that maximises expected tokens per second, ``(1 + Σ_{i<k} P(first i+1 accepted)) /
-cost(k)``; k = 0 costs a verifier step without a drafter call. A calibrated forward alone is not enough: a draft more
+cost(k)``, as last chosen (chosen again every few iterations of a call, and when its batch width or length limit
+changes); k = 0 costs a verifier step without a drafter call. A calibrated forward alone is not enough: a draft more
 costs the loop more than it costs the verifier's forward, and the forward's own differences between adjacent widths
 are within a timing's noise, so without the measured cost per draft every draft looks free and the largest k wins.
 While k = 0 wins, drafting is probed now and then at the best k ≥ 1, with growing intervals, so that a drafter whose
 drafts start to pay is found again. The choice is a pure function of the cost table (with its count of drafting
-iterations, which places the neighbouring k) and the acceptance counts ([`choose_draft_length`]), so it is
+iterations, which places the neighbouring k) and the acceptance counts when it is made ([`choose_draft_length`]), so it is
 deterministic for given measurements; it never looks at the drafts being verified, so β=1 stays exactly greedy and speculative
 sampling keeps its distribution whatever k is chosen.
 
@@ -90,8 +91,12 @@ _RECENT_ITERATIONS = 32
 _RECENT_PER_DRAFT = 256
 _MIN_PER_DRAFT_READINGS = 5
 # every this-many-th drafting iteration runs a k one above or below the best one (alternately), so that what one
-# draft more or less costs stays measured
+# draft more or less costs stays measured; once a table has seen `_NEIGHBOUR_WARM_UP` drafting iterations (about 80
+# readings, 32 neighbours) only every `_SETTLED_NEIGHBOUR_INTERVAL`-th: a neighbour is a k worse than the best, and
+# one in five iterations at it costs a run a measurable share of its speed
 _NEIGHBOUR_INTERVAL = 5
+_NEIGHBOUR_WARM_UP = 160
+_SETTLED_NEIGHBOUR_INTERVAL = 20
 # whole calls decoded without drafting before one probes it; the interval doubles after each such probe
 _FIRST_CALL_PROBE_INTERVAL = 2
 _MAX_CALL_PROBE_INTERVAL = 32
@@ -100,6 +105,9 @@ _FIRST_PLAIN_PROBE_INTERVAL = 8
 _MAX_PLAIN_PROBE_INTERVAL = 64
 # calls of each kind timed before their measured costs per step decide between them
 _MIN_TIMED_CALLS = 3
+# iterations of a call that take the k last chosen before it is chosen again from the measurements (at once when the
+# batch width or the largest k allowed changes)
+_RECHOOSE_INTERVAL = 4
 
 
 def choose_draft_length(
@@ -180,7 +188,8 @@ class IterationCostTable:
             smaller k of two consecutive drafting iterations whose k differs by one (the step from it to the next),
             and the difference in their times per draft.
         drafting_iterations (`int`): Drafting iterations chosen with this table, across calls (every
-            `_NEIGHBOUR_INTERVAL`-th runs a neighbouring k).
+            `_NEIGHBOUR_INTERVAL`-th runs a neighbouring k, every `_SETTLED_NEIGHBOUR_INTERVAL`-th after
+            `_NEIGHBOUR_WARM_UP`).
     """
 
     verify_seconds: list[float]
@@ -379,6 +388,10 @@ class DraftLengthSchedule:
         self._started: float | None = None
         self._first_iteration = True
         self._k = 0
+        # the latest choice (best k, best k >= 1), what it was made for (cost table, largest k) and iterations since
+        self._choice = (0, 0)
+        self._chosen_for: tuple | None = None
+        self._since_choice = 0
         # the last timed iteration's k and seconds, when it drafted: the first of a pair of readings; and its rows
         self._previous: tuple[int, float] | None = None
         self._rows = 0
@@ -488,12 +501,21 @@ class DraftLengthSchedule:
             self._previous = None
         self._table, self._rows = table, rows
         width = min(limit, self.max_draft_tokens)
-        costs = table.iteration_seconds(width)
-        acceptance = self.acceptance.probabilities(width)
-        k = choose_draft_length(costs, acceptance)
+        # the measurements move a little with each iteration and the choice seldom: choosing costs a Python pass over
+        # the readings (tens of microseconds between a step's kernels), so it is made again every few iterations
+        if self._chosen_for != (table, width) or self._since_choice >= _RECHOOSE_INTERVAL:
+            costs = table.iteration_seconds(width)
+            acceptance = self.acceptance.probabilities(width)
+            self._choice = (
+                choose_draft_length(costs, acceptance),
+                choose_draft_length(costs, acceptance, drafting=True),
+            )
+            self._chosen_for, self._since_choice = (table, width), 0
+        self._since_choice += 1
+        k = self._choice[0]
         self._probing = k == 0 and self._plain_streak >= self._probe_interval
         if self._probing:  # the best k if drafting were on: what it is worth is read at the k it would run at
-            k = choose_draft_length(costs, acceptance, drafting=True)
+            k = self._choice[1]
         elif k > 0:  # drafting pays again: probe early the next time it stops paying
             self._probe_interval = _FIRST_PROBE_INTERVAL
         if k > 0:
@@ -534,12 +556,14 @@ class DraftLengthSchedule:
 
 
 def _neighbour_now_and_then(k: int, width: int, drafting_iterations: int) -> int:
-    """`k`, except every `_NEIGHBOUR_INTERVAL`-th drafting iteration with a cost table, which runs a k one above or one below
-    it (alternately; the other where one is out of `[1, width]`), so that what a draft costs is read from pairs of
+    """`k`, except every `_NEIGHBOUR_INTERVAL`-th drafting iteration with a cost table (every
+    `_SETTLED_NEIGHBOUR_INTERVAL`-th after its first `_NEIGHBOUR_WARM_UP`), which runs a k one above or one below it
+    (alternately; the other where one is out of `[1, width]`), so that what a draft costs is read from pairs of
     consecutive iterations on every machine and drafter."""
-    if drafting_iterations % _NEIGHBOUR_INTERVAL or width < 2:
+    interval = _NEIGHBOUR_INTERVAL if drafting_iterations <= _NEIGHBOUR_WARM_UP else _SETTLED_NEIGHBOUR_INTERVAL
+    if drafting_iterations % interval or width < 2:
         return k
-    step = 1 if (drafting_iterations // _NEIGHBOUR_INTERVAL) % 2 else -1
+    step = 1 if (drafting_iterations // interval) % 2 else -1
     if not 1 <= k + step <= width:
         step = -step
     return k + step

@@ -234,6 +234,16 @@ def test_every_few_drafting_iterations_run_a_neighbouring_k():
     assert {neighbour(1, 1, iteration) for iteration in range(1, 4 * interval + 1)} == {1}
 
 
+def test_neighbours_run_rarer_once_a_table_has_seen_many_drafting_iterations():
+    neighbour = draft_length._neighbour_now_and_then
+    warm_up = draft_length._NEIGHBOUR_WARM_UP
+    settled = draft_length._SETTLED_NEIGHBOUR_INTERVAL
+    early = [neighbour(3, 8, iteration) for iteration in range(1, warm_up + 1)]
+    assert early.count(3) == warm_up - warm_up // draft_length._NEIGHBOUR_INTERVAL
+    later = [neighbour(3, 8, iteration) for iteration in range(warm_up + 1, warm_up + 8 * settled + 1)]
+    assert later.count(3) == 8 * settled - 8 and later.count(2) == later.count(4) == 4  # still both sides
+
+
 def test_costs_are_made_non_decreasing_in_the_width():
     assert non_decreasing([1.0, 3.0, 2.0, 4.0]) == [1.0, 2.5, 2.5, 4.0]
     assert non_decreasing([2.0, 1.0, 1.0]) == pytest.approx([4 / 3] * 3)
@@ -267,6 +277,28 @@ def test_acceptance_estimate_never_rises_with_the_position():
     estimate.update(1, [0])  # position 0 seen once, rejected; position 1 only has its prior
     first, second = estimate.probabilities(2)
     assert second <= first
+
+
+def test_k_is_chosen_again_every_few_iterations_and_when_the_limit_changes():
+    """Between choices an iteration takes the k last chosen; a new length limit or batch width chooses at once."""
+    table = IterationCostTable([1.0, 1.1, 1.2, 1.3, 1.4])
+    schedule = DraftLengthSchedule(object, None, 4, (1, 0.0, False), torch.device("cpu"))
+    schedule._tables[(1, "cpu", 4)] = table
+    schedule.acceptance.update(4, [4] * 500)  # sure drafts: k = 4
+    no_neighbour = draft_length._SETTLED_NEIGHBOUR_INTERVAL * 100  # the next drafting iteration takes the best k
+    table.drafting_iterations = no_neighbour
+    ks = []
+    for _ in range(draft_length._RECHOOSE_INTERVAL):
+        ks.append(schedule.next_k(1, 4, measure=lambda width: 1.0))
+        schedule.observe([4])
+        schedule.acceptance.update(4, [0] * 5000)  # drafts now never accepted: plain steps pay more
+        table.drafting_iterations = no_neighbour
+    # the choice holds after the counts changed, until it is made again
+    assert len(ks) >= 2 and ks == [4] * draft_length._RECHOOSE_INTERVAL
+    assert schedule.next_k(1, 4, measure=lambda width: 1.0) == 0  # made again: no draft pays
+    schedule.observe([0])
+    schedule.acceptance.update(4, [4] * 100_000)  # sure again
+    assert schedule.next_k(1, 3, measure=lambda width: 1.0) == 3  # a new limit: chosen at once
 
 
 def test_a_useless_drafter_is_probed_less_and_less_often():
