@@ -14,7 +14,7 @@ iteration; this module chooses it from two measured things:
   this verifier and drafter under this rule (kept for the process, so that the next `generate()` starts informed).
 
 Each iteration takes the k that maximises expected tokens per second, ``(1 + Σ_{i<k} P(first i+1 accepted)) /
-cost(k)``, as last chosen (chosen again every few iterations of a call, and when its batch width or length limit
+cost(k)``, as last chosen (chosen again every few iterations of a call, and when its cost table or length limit
 changes); k = 0 costs a verifier step without a drafter call. A calibrated forward alone is not enough: a draft more
 costs the loop more than it costs the verifier's forward, and the forward's own differences between adjacent widths
 are within a timing's noise, so without the measured cost per draft every draft looks free and the largest k wins.
@@ -91,9 +91,10 @@ _RECENT_ITERATIONS = 32
 _RECENT_PER_DRAFT = 256
 _MIN_PER_DRAFT_READINGS = 5
 # every this-many-th drafting iteration runs a k one above or below the best one (alternately), so that what one
-# draft more or less costs stays measured; once a table has seen `_NEIGHBOUR_WARM_UP` drafting iterations (about 80
-# readings, 32 neighbours) only every `_SETTLED_NEIGHBOUR_INTERVAL`-th: a neighbour is a k worse than the best, and
-# one in five iterations at it costs a run a measurable share of its speed
+# draft more or less costs stays measured; once a table has seen `_NEIGHBOUR_WARM_UP` drafting iterations (32
+# neighbours, up to 64 readings) only every `_SETTLED_NEIGHBOUR_INTERVAL`-th: a neighbour is a k worse than the best,
+# and one in five iterations at it costs a run a measurable share of its speed (the readings then come four times
+# slower: a step the best k moves to is costed at the median of all steps until it has five of its own)
 _NEIGHBOUR_INTERVAL = 5
 _NEIGHBOUR_WARM_UP = 160
 _SETTLED_NEIGHBOUR_INTERVAL = 20
@@ -106,7 +107,7 @@ _MAX_PLAIN_PROBE_INTERVAL = 64
 # calls of each kind timed before their measured costs per step decide between them
 _MIN_TIMED_CALLS = 3
 # iterations of a call that take the k last chosen before it is chosen again from the measurements (at once when the
-# batch width or the largest k allowed changes)
+# cost table, a batch-width bucket, or the largest k allowed, `min(limit, max_draft_tokens)`, changes)
 _RECHOOSE_INTERVAL = 4
 
 
@@ -271,10 +272,11 @@ class IterationCostTable:
         base = _lower_quartile([seconds - offsets[k - 1] for k, seconds in self.drafting_recent])
         base = plain if base is None else base
         floor = self.verify_seconds[0]
-        plain, base = max(plain, floor), max(base, floor)
+        plain = max(plain, floor)
         # a drafting iteration runs all a plain one does and a wider forward: the readings of the two kinds come from
         # other positions (drafts come where the drafter finds something, often early, at short caches) and cannot
-        # make it cheaper than that
+        # make it cheaper than that; the base floored so, the measured steps still separate the k above it
+        base = max(base, floor, plain + self.verify_seconds[1] - floor)
         return [plain] + [
             max(base + offsets[k - 1], plain + self.verify_seconds[k] - floor) for k in range(1, width + 1)
         ]
@@ -441,7 +443,9 @@ class DraftLengthSchedule:
             # so its lower quartile would stand for its luckiest calls. Calls differ in time per step by a tenth or
             # more (their sources and lengths, the machine): plain decoding, greedy's own speed, keeps the calls
             # unless drafting is faster by more than the standard error of the two means' difference, so that a
-            # drafter worth nothing is not chosen by the noise half the time
+            # drafter worth nothing is not chosen by the noise half the time (one standard error, from as few as three
+            # calls: about one time in six it still is; and a real gain of a few percent is taken only once the
+            # drafting calls, probes while plain decoding is expected, have shown it)
             difference = statistics.fmean(plain) - statistics.fmean(drafting)
             error = math.sqrt(statistics.variance(plain) / len(plain) + statistics.variance(drafting) / len(drafting))
             return difference > error
@@ -503,7 +507,13 @@ class DraftLengthSchedule:
         width = min(limit, self.max_draft_tokens)
         # the measurements move a little with each iteration and the choice seldom: choosing costs a Python pass over
         # the readings (tens of microseconds between a step's kernels), so it is made again every few iterations
-        if self._chosen_for != (table, width) or self._since_choice >= _RECHOOSE_INTERVAL:
+        chosen_for = self._chosen_for
+        if (
+            chosen_for is None
+            or chosen_for[0] is not table
+            or chosen_for[1] != width
+            or self._since_choice >= _RECHOOSE_INTERVAL
+        ):
             costs = table.iteration_seconds(width)
             acceptance = self.acceptance.probabilities(width)
             self._choice = (

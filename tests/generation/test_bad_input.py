@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import VOCAB_SIZE, build_verifier, make_source_batch
+from conftest import FAMILIES, VOCAB_SIZE, build_verifier, make_source_batch
 from oracle_drafters import RandomDrafter
 from transformers import GPT2Config, GPT2LMHeadModel
 from transformers.generation.streamers import BaseStreamer
 
 from specdec_hf import SpecDrafterModel, enable_speculative_decoding, speculative_generate
+from specdec_hf.generation.api import _decoder_vocab_size
 
 
 @pytest.fixture
@@ -125,10 +126,19 @@ def test_the_vocabulary_check_follows_a_resized_verifier(bart, inputs):
 
 
 def test_the_vocabulary_checked_is_the_decoders_own():
-    """Marian's target vocabulary (`decoder_vocab_size`) is the one a drafter must match, as transformers reads it."""
-    model = build_verifier("marian", decoder_vocab_size=VOCAB_SIZE - 4)
-    assert model.config.vocab_size == VOCAB_SIZE
+    """Marian's target vocabulary (`decoder_vocab_size`, with separate embeddings) is the one a drafter must match,
+    as transformers reads it."""
+    model = build_verifier("marian", decoder_vocab_size=VOCAB_SIZE - 4, share_encoder_decoder_embeddings=False)
+    assert model.config.vocab_size == VOCAB_SIZE and model.get_output_embeddings().out_features == VOCAB_SIZE - 4
     source = make_source_batch(1, pad_token_id=model.config.pad_token_id)
     with pytest.raises(ValueError, match="vocabulary size"):
         _generate(model, source, drafter=RandomDrafter(VOCAB_SIZE))
     assert _generate(model, source, drafter=RandomDrafter(VOCAB_SIZE - 4)).shape[0] == 1
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_kept_vocabulary_size_is_what_transformers_reads(family):
+    model = build_verifier(family)
+    assert _decoder_vocab_size(model) == model.config.get_text_config(decoder=True).vocab_size
+    model.config.vocab_size += 3  # a field it comes from changed: read again
+    assert _decoder_vocab_size(model) == model.config.get_text_config(decoder=True).vocab_size

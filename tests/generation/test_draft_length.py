@@ -167,12 +167,27 @@ def test_drafting_never_looks_cheaper_than_a_plain_iteration_and_its_wider_forwa
     table.plain_recent.extend([2.0] * 4)
     table.drafting_recent.extend([(1, 2.05)] * 4)  # read where caches were short: barely above a plain iteration
     costs = table.iteration_seconds()
-    assert costs == pytest.approx([2.0, 2.3, 2.5])
+    # k=1: plain + 0.3; k=2: that and one step at the forward's own cost per draft (the slope, 0.25)
+    assert costs == pytest.approx([2.0, 2.3, 2.55])
     # what one draft in ten accepted is worth there: not enough for the wider forward (1.1 / 2.3 < 1 / 2.0)
     assert choose_draft_length(costs, [0.1, 0.01]) == 0
     table.drafting_recent.clear()
     table.drafting_recent.extend([(1, 2.6)] * 4)  # dearer than the floor: the readings stand
     assert table.iteration_seconds()[1] == pytest.approx(2.6)
+
+
+def test_a_floored_base_keeps_the_measured_cost_of_each_draft_above_it():
+    """Where the floor lifts k = 1, each draft above it still costs what its step was measured to: the floor must not
+    leave only the forward's small differences between k, which would make every draft look nearly free."""
+    table = IterationCostTable([1.0, 1.05, 1.10, 1.15, 1.20])
+    table.plain_recent.extend([2.0] * 4)
+    table.drafting_recent.extend([(1, 1.5)] * 4)  # read at short caches: below a plain iteration
+    table.per_draft_recent.extend([(step, 0.2) for step in (1, 2, 3)] * 5)  # each draft more: 0.2
+    costs = table.iteration_seconds()
+    assert costs == pytest.approx([2.0, 2.05, 2.25, 2.45, 2.65])
+    # k = 2, as the measured steps say; at the forward's costs alone ([2.0, 2.05, 2.10, 2.15, 2.20]) k = 4 would win
+    assert choose_draft_length(costs, [0.5, 0.25, 0.125, 0.0625]) == 2
+    assert choose_draft_length([2.0, 2.05, 2.10, 2.15, 2.20], [0.5, 0.25, 0.125, 0.0625]) == 4
 
 
 def test_the_schedule_pairs_only_consecutive_timed_drafting_iterations_of_one_table(clock):
@@ -294,11 +309,20 @@ def test_k_is_chosen_again_every_few_iterations_and_when_the_limit_changes():
         schedule.acceptance.update(4, [0] * 5000)  # drafts now never accepted: plain steps pay more
         table.drafting_iterations = no_neighbour
     # the choice holds after the counts changed, until it is made again
-    assert len(ks) >= 2 and ks == [4] * draft_length._RECHOOSE_INTERVAL
+    assert ks == [4] * draft_length._RECHOOSE_INTERVAL and draft_length._RECHOOSE_INTERVAL > 1
     assert schedule.next_k(1, 4, measure=lambda width: 1.0) == 0  # made again: no draft pays
     schedule.observe([0])
     schedule.acceptance.update(4, [4] * 100_000)  # sure again
     assert schedule.next_k(1, 3, measure=lambda width: 1.0) == 3  # a new limit: chosen at once
+    schedule.observe([3])
+    assert schedule.next_k(1, 4, measure=lambda width: 1.0) == 4
+    schedule.observe([4])
+    assert schedule.next_k(1, 2, measure=lambda width: 1.0) == 2  # a smaller limit never takes the kept k = 4
+    schedule.observe([2])
+    other = IterationCostTable([1.0, 1.1, 1.2, 1.3, 1.4])
+    schedule._tables[(2, "cpu", 4)] = other
+    schedule.acceptance.update(4, [0] * 10_000_000)  # never accepted now
+    assert schedule.next_k(2, 4, measure=lambda width: 1.0) == 0  # another batch-width bucket: chosen at once
 
 
 def test_a_useless_drafter_is_probed_less_and_less_often():
