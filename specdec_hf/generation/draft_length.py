@@ -257,10 +257,11 @@ class IterationCostTable:
         A plain iteration costs the lower quartile of the recent plain ones (a slow moment only ever adds time; with
         few readings, the least); a drafting one a base (its cost at k = 1) plus the `step_costs` up to its k, the base
         the lower quartile of the recent drafting iterations' times less their steps'; the plain cost and the base
-        are never less than the calibrated plain forward (an iteration of either kind runs at least that), and a drafting
-        iteration never costs less than a plain one plus what its drafts add to the calibrated forward. Unseen, a
-        plain iteration costs the calibrated forward alone, and a drafting iteration's base what a plain one costs:
-        both optimistic, so that each kind gets tried.
+        are never less than the calibrated plain forward (an iteration of either kind runs at least that), the base
+        never less than a plain iteration plus what one draft adds to the calibrated forward, and no k less than a
+        plain iteration plus what its drafts add to it. Unseen, a plain iteration costs the calibrated forward alone,
+        and a drafting iteration's base what a plain one costs plus its wider forward: both optimistic, so that each
+        kind gets tried.
         """
         width = len(self.verify_seconds) - 1 if width is None else width
         plain = _lower_quartile(self.plain_recent)
