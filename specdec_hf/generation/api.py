@@ -277,8 +277,9 @@ def _streamer_given_to_generate(model):
 
 # per verifier: its decoder's vocabulary size and what it was read from (`_vocabulary_fields`)
 _DECODER_VOCAB_SIZES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-# where `get_text_config(decoder=True)` looks for a decoder's own config inside a composite one (transformers'
-# `PreTrainedConfig.get_text_config`; tests/generation/test_bad_input.py compares the two on every family)
+# where `get_text_config(decoder=True)` looks for a decoder's own config inside a composite one (the names of
+# transformers' `PreTrainedConfig.get_text_config`; tests/generation/test_bad_input.py compares the sizes read on
+# every family of the suite, none of which nests its decoder's config)
 _DECODER_CONFIG_NAMES = ("decoder", "generator", "text_config")
 
 

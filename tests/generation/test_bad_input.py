@@ -141,4 +141,6 @@ def test_the_kept_vocabulary_size_is_what_transformers_reads(family):
     model = build_verifier(family)
     assert _decoder_vocab_size(model) == model.config.get_text_config(decoder=True).vocab_size
     model.config.vocab_size += 3  # a field it comes from changed: read again
+    if hasattr(model.config, "decoder_vocab_size"):  # Marian: the decoder's own vocabulary too
+        model.config.decoder_vocab_size += 5
     assert _decoder_vocab_size(model) == model.config.get_text_config(decoder=True).vocab_size
