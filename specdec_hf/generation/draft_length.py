@@ -31,9 +31,8 @@ ones, each kind with all it costs around the verifier: a table of single iterati
 not compare alike); before that, by the cost table: plain when even the best k is expected to give fewer tokens per
 second than a plain decoding step (the verifier's forward alone, with none of the loop's costs around it, until
 plain calls were timed). The kind not chosen still runs now and then, at growing intervals (a drafting call after 2,
-4, ... 32 plain calls; a plain call after 8, 16, ... 64 drafting calls, every 8 until three were timed; longer where
-a probe is dear, so that probes cost at most 1% of the time: after 50 calls where the other kind is 50% slower), so
-that both stay measured. The loop's own k = 0 iterations cannot stand in for plain calls: at batch > 1 they still re-feed the
+4, ... 32 plain calls; a plain call after 8, 16, ... 64 drafting calls, every 8 until three were timed), so that both
+stay measured. The loop's own k = 0 iterations cannot stand in for plain calls: at batch > 1 they still re-feed the
 rows that advanced unevenly. Since the measurements are the machine's, the sequence of k is not reproducible from
 run to run: a seeded sampling run draws other numbers, and the relaxed rule (β > 1), whose output depends on k, can
 write another output. The measurements are per process and not guarded by a lock: calls of `generate()` in parallel
@@ -43,7 +42,6 @@ threads share them and time each other's load.
 from __future__ import annotations
 
 import functools
-import math
 import statistics
 import time
 import weakref
@@ -106,11 +104,6 @@ _FIRST_PLAIN_PROBE_INTERVAL = 8
 _MAX_PLAIN_PROBE_INTERVAL = 64
 # calls of each kind timed before their measured costs per step decide between them
 _MIN_TIMED_CALLS = 3
-# what probes of the kind not expected may cost, as a share of the time of the calls between them: where a probe is
-# dear (a batch of 16 drafting at 0.7x greedy's speed), the interval grows past the doubling's limits to keep to it,
-# up to `_MAX_AFFORDABLE_INTERVAL` calls
-_PROBE_BUDGET = 0.01
-_MAX_AFFORDABLE_INTERVAL = 256
 # iterations of a call that take the k last chosen before it is chosen again from the measurements (at once when the
 # cost table, a batch-width bucket, or the largest k allowed, `min(limit, max_draft_tokens)`, changes)
 _RECHOOSE_INTERVAL = 4
@@ -416,8 +409,7 @@ class DraftLengthSchedule:
         some k ≥ 1 is expected to beat a plain step (as plain calls measured it, [`observe_plain_call`]; before any,
         the verifier's forward alone). The other kind runs now and then so that both stay measured: a drafting call
         after 2, 4, ... 32 plain calls, a plain call after 8, 16, ... 64 drafting calls (the interval doubles after
-        each probe, for plain calls once three were timed, and starts over when the expected kind changes; it is
-        longer where a probe is dear, so that probes cost at most `_PROBE_BUDGET` of the time: `_affordable_interval`).
+        each probe, for plain calls once three were timed, and starts over when the expected kind changes).
         """
         key = self._table_key(rows)
         table = self._tables.get(key)
@@ -436,7 +428,7 @@ class DraftLengthSchedule:
             # drafting iterations can look cheaper than drafting calls are, and the timed calls settle it
             if not drafting or len(choices.plain_call_steps) + 1 >= _MIN_TIMED_CALLS:
                 limit = _MAX_PLAIN_PROBE_INTERVAL if drafting else _MAX_CALL_PROBE_INTERVAL
-                choices.probe_interval = max(min(2 * choices.probe_interval, limit), _affordable_interval(choices))
+                choices.probe_interval = min(2 * choices.probe_interval, limit)
             return not drafting
         choices.since_probe += 1
         return drafting
@@ -466,10 +458,7 @@ class DraftLengthSchedule:
         """End the timing of a plain call of `steps` decoding steps (its output is on the host or waited for)."""
         synchronize(self.device)
         if steps > 0:
-            choices = self._call_choices_now
-            choices.plain_call_steps.append((_clock() - self._started) / steps)
-            # a probe's time is in: the next waits as long as probes so dear take to keep to the budget
-            choices.probe_interval = max(choices.probe_interval, _affordable_interval(choices))
+            self._call_choices_now.plain_call_steps.append((_clock() - self._started) / steps)
 
     def start_drafting_call(self) -> None:
         """Start timing a call that drafts (after `drafts_this_call` said so), before the drafter's set-up."""
@@ -482,9 +471,7 @@ class DraftLengthSchedule:
         at a smaller width once rows finished)."""
         synchronize(self.device)
         if steps > 0 and self._call_choices_now is not None and not self._calibrated_in_call:
-            choices = self._call_choices_now
-            choices.drafting_call_steps.append((_clock() - self._call_started) / steps)
-            choices.probe_interval = max(choices.probe_interval, _affordable_interval(choices))
+            self._call_choices_now.drafting_call_steps.append((_clock() - self._call_started) / steps)
 
     def table_for(self, rows: int, measure: Callable[[int], float]) -> IterationCostTable:
         """The cost table of this batch width, calibrated now with `measure(w)` (seconds of one verifier forward
@@ -569,19 +556,6 @@ class DraftLengthSchedule:
         """An iteration the schedule did not choose (a length limit left it no draft) ran: the next timed one is
         not its predecessor's pair."""
         self._previous = None
-
-
-def _affordable_interval(choices: CallChoices) -> int:
-    """The fewest calls of the expected kind between two probes of the other that keep the probes' extra time within
-    `_PROBE_BUDGET` of theirs: a probe costs the other kind's time per step over the expected kind's, less one (both
-    means of timed calls; 0, nothing to afford, until `_MIN_TIMED_CALLS` of each were timed), at most
-    `_MAX_AFFORDABLE_INTERVAL` calls so that a change is still found."""
-    plain, drafting = choices.plain_call_steps, choices.drafting_call_steps
-    if len(plain) < _MIN_TIMED_CALLS or len(drafting) < _MIN_TIMED_CALLS:
-        return 0
-    expected, other = (drafting, plain) if choices.drafting_expected else (plain, drafting)
-    excess = statistics.fmean(other) / statistics.fmean(expected) - 1.0
-    return min(math.ceil(max(excess, 0.0) / _PROBE_BUDGET), _MAX_AFFORDABLE_INTERVAL)
 
 
 def _neighbour_now_and_then(k: int, width: int, drafting_iterations: int) -> int:
