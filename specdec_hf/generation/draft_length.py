@@ -274,11 +274,11 @@ class IterationCostTable:
         plain = max(plain, floor)
         # a drafting iteration runs all a plain one does and a wider forward: the readings of the two kinds come from
         # other positions (drafts come where the drafter finds something, often early, at short caches) and cannot
-        # make it cheaper than that; the base floored so, the measured steps still separate the k above it
-        base = max(base, floor, plain + self.verify_seconds[1] - floor)
-        return [plain] + [
-            max(base + offsets[k - 1], plain + self.verify_seconds[k] - floor) for k in range(1, width + 1)
-        ]
+        # make it cheaper than that; the base floored so (which also keeps it above the plain forward), the measured
+        # steps still separate the k above it
+        wider = [seconds - floor for seconds in self.verify_seconds]
+        base = max(base, plain + wider[1])
+        return [plain] + [max(base + offsets[k - 1], plain + wider[k]) for k in range(1, width + 1)]
 
     def observe(self, k: int, seconds: float, previous: tuple[int, float] | None = None) -> tuple[int, float] | None:
         """Record one timed iteration that chose `k` drafts, and, with the `previous` drafting iteration's
