@@ -118,8 +118,9 @@ def _probe_fp16_weight_operators() -> _Fp16WeightOperators | None:
     ):
         return None
     try:
+        # the overloads, not their packets: a packet's call looks for Python dispatch on every call
         operators = _Fp16WeightOperators(
-            torch.ops.quantized.linear_prepack_fp16, torch.ops.quantized.linear_dynamic_fp16
+            torch.ops.quantized.linear_prepack_fp16.default, torch.ops.quantized.linear_dynamic_fp16.default
         )
         generator = torch.Generator().manual_seed(0)
         weight, bias, inputs = (torch.randn(shape, generator=generator) for shape in ((3, 4), 3, (2, 4)))
@@ -163,13 +164,28 @@ FP16_WEIGHTS = "fp16_weights"
 KERNELS = (ONEDNN, FP16_WEIGHTS)
 
 
+class _PackedCall(NamedTuple):
+    """The parameters a packed copy was made from, as a call that took it saw them (objects, versions, addresses),
+    with the copy and its kernel: a later call on the same parameters checks only what can change between calls."""
+
+    weight: torch.Tensor
+    weight_version: int
+    weight_address: int
+    bias: torch.Tensor | None
+    bias_version: int
+    bias_address: int
+    packed: object
+    kernel: str
+
+
 class PrepackedLinear(nn.Linear):
     """An `nn.Linear` whose CPU inference uses a copy of its weight packed once for a faster kernel.
 
     The kernel is the attribute `kernel`: `"onednn"` (the default: the weight reordered for oneDNN, float32 and
     bfloat16) or `"fp16_weights"` (FBGEMM's float16 GEMM, for float32 layers whose weight holds finite float16 values
-    only, chosen by `prepack_where_faster`; a weight with any other value, a 1-D input and a quantized engine other
-    than FBGEMM's or x86 run `nn.Linear`'s computation). Everything below holds for both kernels.
+    only, chosen by `prepack_where_faster`; a weight with any other value, a 1-D input, and a quantized engine other
+    than FBGEMM's or x86 when the copy is to be made, run `nn.Linear`'s computation). Everything below holds for both
+    kernels.
 
     `prepack_linear_layers` turns a model's `nn.Linear` layers into this class in place (same objects, parameters,
     hooks and attributes); `from_linear` builds a new one sharing a layer's parameters; the constructor is
@@ -188,6 +204,7 @@ class PrepackedLinear(nn.Linear):
     # calls with fewer rows take nn.Linear's kernel (a class default too, for layers pickled before it existed)
     min_rows: int = 1
     _kernel: str = ONEDNN
+    _packed_call: _PackedCall | None = None  # also a class default: layers pickled before it existed
 
     @property
     def kernel(self) -> str:
@@ -223,7 +240,7 @@ class PrepackedLinear(nn.Linear):
     def to_linear(self) -> None:
         """Turn this layer back into the plain `nn.Linear` it was, in place: same object, parameters and hooks; its
         packed copy, `min_rows` and `kernel` dropped."""
-        for name in ("_packed", "_packed_source", "_packed_key", "min_rows", "_kernel"):
+        for name in ("_packed", "_packed_source", "_packed_key", "_packed_call", "min_rows", "_kernel"):
             self.__dict__.pop(name, None)
         self.__class__ = nn.Linear
 
@@ -234,10 +251,16 @@ class PrepackedLinear(nn.Linear):
         # reuse its address and pass for it), and what identifies that weight's contents
         self._packed_source: torch.Tensor | None = None
         self._packed_key: tuple | None = None
+        self._packed_call: _PackedCall | None = None
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         if torch.compiler.is_compiling():  # first: nothing below can be traced; inductor prepacks by itself
             return F.linear(input, self.weight, self.bias)
+        call = self._packed_call
+        if call is not None and not torch.is_grad_enabled():
+            output = self._packed_call_forward(input, call)
+            if output is not None:
+                return output
         # runs for every linear of every decoding step: each parameter is read once (nn.Module's attribute lookup
         # of parameters is slow)
         weight, bias = self.weight, self.bias
@@ -251,11 +274,67 @@ class PrepackedLinear(nn.Linear):
         ):
             return F.linear(input, weight, bias)
         try:
-            return operators.linear_pointwise(input, self._packed_weight(weight, operators), bias, "none", [], "")
+            packed = self._packed_weight(weight, operators)
+            output = operators.linear_pointwise(input, packed, bias, "none", [], "")
+            self._remember_packed_call(weight, bias, packed)
+            return output
         except RuntimeError as err:
             output = F.linear(input, weight, bias)  # a bad input raises here, as it does in nn.Linear
             _disable_after_failure(err)  # the input was fine: the operator is at fault
             return output
+
+    def _packed_call_forward(self, input: torch.Tensor, call: _PackedCall) -> torch.Tensor | None:
+        """The output on the packed copy when this call may take it as the call that made `call` did, else None.
+
+        Runs for every linear of every decoding step (each check costs a share of a small layer's call), so it
+        checks only what can change between calls without gradients: the parameters (the same objects, versions and
+        addresses: what a new parameter, `.to()` or an in-place change alters), the kernel and its operators, the
+        input's dtype, rank and rows, autocast and `torch.backends.mkldnn.enabled`. What the packing call checked of
+        the parameters (dtype, device, inference tensors, float16 values) holds while they are unchanged; the
+        quantized engine matters to FBGEMM's packing only (`_packed_fp16_weight`), not to its packed copy.
+        """
+        # unpacked once: a named field's lookup costs about what one of the checks below does
+        packed_weight, weight_version, weight_address, packed_bias, bias_version, bias_address, packed, kernel = call
+        parameters = self._parameters  # not `self.weight`: nn.Module's attribute lookup of parameters is slow
+        weight, bias = parameters.get("weight"), parameters.get("bias")
+        if (
+            weight is not packed_weight
+            or weight._version != weight_version
+            or weight.data_ptr() != weight_address
+            or bias is not packed_bias
+            or (bias is not None and (bias._version != bias_version or bias.data_ptr() != bias_address))
+            or kernel != self._kernel
+            or input.dtype != weight.dtype
+            or input.numel() < self.min_rows * self.in_features
+            or torch.is_autocast_enabled("cpu")
+            or not torch.backends.mkldnn.enabled
+        ):
+            return None
+        try:
+            if kernel == FP16_WEIGHTS:
+                operators = _fp16_operators
+                if operators is None or operators is _UNPROBED or input.dim() < 2:
+                    return None
+                return operators.linear(input, packed)
+            operators = _operators
+            if operators is None or operators is _UNPROBED:
+                return None
+            return operators.linear_pointwise(input, packed, bias, "none", [], "")
+        except RuntimeError:
+            return None  # the full path runs the call again, and reports the operator's failure there
+
+    def _remember_packed_call(self, weight: torch.Tensor, bias: torch.Tensor | None, packed: object) -> None:
+        """Keep what the packed path just ran with, for `_packed_call_forward`."""
+        self._packed_call = _PackedCall(
+            weight,
+            weight._version,
+            weight.data_ptr(),
+            bias,
+            0 if bias is None else bias._version,
+            0 if bias is None else bias.data_ptr(),
+            packed,
+            self._kernel,
+        )
 
     def _fp16_weights_forward(
         self, input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
@@ -265,16 +344,17 @@ class PrepackedLinear(nn.Linear):
             operators is None
             or input.dim() < 2  # the operator takes (rows, features) and more; nn.Linear also takes a vector
             or input.numel() < self.min_rows * self.in_features
-            or torch.backends.quantized.engine not in _FBGEMM_ENGINES  # the packing needs an FBGEMM engine
             or (bias is not None and bias.is_inference())  # no version counter to key the packed copy on
             or not self._takes_prepacked_path(input, weight, bias, (torch.float32,))
         ):
             return F.linear(input, weight, bias)
         try:
             packed = self._packed_fp16_weight(weight, bias, operators)
-            if packed is None:  # a weight value float16 cannot hold: the kernel would not compute this layer
+            if packed is None:  # a weight value float16 cannot hold, or no FBGEMM engine to pack it
                 return F.linear(input, weight, bias)
-            return operators.linear(input, packed)
+            output = operators.linear(input, packed)
+            self._remember_packed_call(weight, bias, packed)
+            return output
         except RuntimeError as err:
             output = F.linear(input, weight, bias)  # a bad input raises here, as it does in nn.Linear
             _disable_fp16_weights_after_failure(err)
@@ -299,6 +379,8 @@ class PrepackedLinear(nn.Linear):
         if bias is not None:
             key += (bias.data_ptr(), bias.shape, bias.stride(), bias._version)
         if self._packed_key != key:
+            if torch.backends.quantized.engine not in _FBGEMM_ENGINES:
+                return None  # the packing needs an FBGEMM engine (a packed copy runs under any): not packed yet
             # copies: the packing may write to the tensors it is given (it saturates out-of-range weights in place)
             self._packed = (
                 operators.prepack(weight.detach().clone(), None if bias is None else bias.detach().clone())
@@ -341,7 +423,7 @@ class PrepackedLinear(nn.Linear):
     def __getstate__(self):
         # pickling / deepcopy: the packed copy is an opaque oneDNN tensor (no storage); the copy repacks on first use
         state = self.__dict__.copy()
-        state.update(_packed=None, _packed_source=None, _packed_key=None)
+        state.update(_packed=None, _packed_source=None, _packed_key=None, _packed_call=None)
         return state
 
     def extra_repr(self) -> str:

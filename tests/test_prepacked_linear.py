@@ -453,3 +453,86 @@ def test_fp16_weights_fall_back_quietly_for_vectors_and_other_engines(counted_fp
         assert counted_fp16_calls == []
         packed(torch.ones(2, 48))
     assert len(counted_fp16_calls) == 1 and prepacked_linear_module._fp16_operators is not None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# later calls on the packed copy (the checks kept between calls)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _counted_kernel_calls(monkeypatch, kernel: str) -> list:
+    """The calls that ran `kernel`'s packed operator (wrapped, its results kept); skips where it does not run."""
+    calls = []
+    if kernel == prepacked_linear_module.FP16_WEIGHTS:
+        operators = prepacked_linear_module._fp16_weight_operators()
+        if operators is None:
+            pytest.skip("FBGEMM's float16-weight operators do not run here")
+
+        def counting(inputs, packed):
+            calls.append(inputs.shape)
+            return operators.linear(inputs, packed)
+
+        monkeypatch.setattr(prepacked_linear_module, "_fp16_operators", operators._replace(linear=counting))
+        return calls
+    operators = prepacked_linear_module._onednn_operators()
+    if operators is None or torch.float32 not in operators.dtypes:
+        pytest.skip("the oneDNN operators do not run here")
+
+    def counting_onednn(*args):
+        calls.append(args[0].shape)
+        return operators.linear_pointwise(*args)
+
+    monkeypatch.setattr(prepacked_linear_module, "_operators", operators._replace(linear_pointwise=counting_onednn))
+    return calls
+
+
+@pytest.mark.parametrize("kernel", [prepacked_linear_module.ONEDNN, prepacked_linear_module.FP16_WEIGHTS])
+def test_calls_after_the_packing_one_see_every_change_it_checked(monkeypatch, kernel):
+    """A call on unchanged parameters checks less than the call that packed them; what it skips cannot change
+    between calls, and each change that can is seen at the next call: the parameters (in place, through `.data`, a
+    new parameter, a bias removed), the rows, the kernel, autocast, gradients, oneDNN switched off and the
+    operator's failure."""
+    calls = _counted_kernel_calls(monkeypatch, kernel)
+    linear, packed = _fp16_valued_pair()
+    packed.kernel = kernel
+    inputs = torch.randn(4, 48)
+
+    def check(expected_calls: int, exact: bool = False) -> None:
+        with torch.no_grad():
+            got, expected = packed(inputs), F.linear(inputs, packed.weight, packed.bias)
+        if exact:  # nn.Linear's own computation, bitwise
+            assert torch.equal(got, expected)
+        else:
+            torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+        assert len(calls) == expected_calls
+
+    check(1)  # packs
+    check(2)  # the same parameters: the packed copy, through the shorter checks
+    assert packed._packed_call is not None
+    with torch.no_grad():
+        linear.weight.mul_(2.0)  # in place (shared with `linear`): float16 values still, repacked
+    check(3)
+    packed.weight.data = torch.randn(40, 48).half().float()  # another storage through `.data`: seen by its address
+    check(4)
+    packed.bias = nn.Parameter(torch.randn(40))  # a new parameter
+    check(5)
+    packed.min_rows = 5
+    check(5, exact=True)
+    packed.min_rows = 1
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        assert packed(inputs).dtype == torch.bfloat16 == linear(inputs).dtype
+    with torch.backends.mkldnn.flags(enabled=False):
+        check(5, exact=True)
+    gradient_inputs = inputs.clone().requires_grad_()
+    packed(gradient_inputs).sum().backward()  # gradients: nn.Linear's kernel, which has a backward
+    assert gradient_inputs.grad is not None and len(calls) == 5
+    other = next(name for name in prepacked_linear_module.KERNELS if name != kernel)
+    packed.kernel = other  # the other kernel's copy (or nn.Linear's computation where it does not run here)
+    check(5)
+    packed.kernel = kernel
+    check(6)  # back on this kernel: packed again for it
+    packed.bias = None  # no bias now: packed again, without one
+    check(7)
+    global_name = "_fp16_operators" if kernel == prepacked_linear_module.FP16_WEIGHTS else "_operators"
+    monkeypatch.setattr(prepacked_linear_module, global_name, None)  # the kernel switched off after a failure
+    check(7, exact=True)
