@@ -107,16 +107,16 @@ def _fp16_weight_operators() -> _Fp16WeightOperators | None:
     """The FBGEMM operators, tried on first use on a tiny layer; None where FBGEMM is not built in or they fail."""
     global _fp16_operators
     if _fp16_operators is _UNPROBED:
-        _fp16_operators = _probe_fp16_weight_operators()
+        if "fbgemm" not in torch.backends.quantized.supported_engines:
+            _fp16_operators = None
+        elif torch.backends.quantized.engine not in _FBGEMM_ENGINES:
+            return None  # the probe packs, which needs an FBGEMM engine: probed once one is set, not ruled out
+        else:
+            _fp16_operators = _probe_fp16_weight_operators()
     return _fp16_operators
 
 
 def _probe_fp16_weight_operators() -> _Fp16WeightOperators | None:
-    if (
-        "fbgemm" not in torch.backends.quantized.supported_engines
-        or torch.backends.quantized.engine not in _FBGEMM_ENGINES
-    ):
-        return None
     try:
         # the overloads, not their packets: a packet's call looks for Python dispatch on every call
         operators = _Fp16WeightOperators(
@@ -165,17 +165,24 @@ KERNELS = (ONEDNN, FP16_WEIGHTS)
 
 
 class _PackedCall(NamedTuple):
-    """The parameters a packed copy was made from, as a call that took it saw them (objects, versions, addresses),
-    with the copy and its kernel: a later call on the same parameters checks only what can change between calls."""
+    """The parameters a packed copy was made from, as the call that took it saw them, with the copy and its kernel:
+    a later call on the same parameters checks only what can change between calls. Each parameter is kept as its
+    object and `_tensor_state` (version, address, shape, strides: what an in-place change or a `.data` swap alters);
+    the bias's state only for the float16 kernel, which packs it (oneDNN takes the layer's bias at every call, its
+    object checked so that a new one passes the full path's dtype check)."""
 
     weight: torch.Tensor
-    weight_version: int
-    weight_address: int
+    weight_state: tuple
     bias: torch.Tensor | None
-    bias_version: int
-    bias_address: int
+    bias_state: tuple | None
     packed: object
     kernel: str
+
+
+def _tensor_state(tensor: torch.Tensor) -> tuple:
+    """What tells a parameter's contents apart while it stays the same object: its version (in-place changes) and
+    its address, shape and strides (a `.data` swap, which keeps the version)."""
+    return tensor._version, tensor.data_ptr(), tensor.shape, tensor.stride()
 
 
 class PrepackedLinear(nn.Linear):
@@ -191,8 +198,9 @@ class PrepackedLinear(nn.Linear):
     hooks and attributes); `from_linear` builds a new one sharing a layer's parameters; the constructor is
     `nn.Linear`'s. The packed copy is made on first use and made again when the weight is replaced (`.to()`, a new
     parameter, a view of another shape or layout) or changed in place through autograd-visible operations (`copy_`,
-    `load_state_dict`; tracked by the tensor's version counter). Changes made through `.data` are invisible to that
-    counter: call `reset_packed()` after them. Calls with fewer rows (input elements over `in_features`) than the
+    `load_state_dict`; tracked by the tensor's version counter; a tensor put in through `.data` is seen by its address,
+    shape and strides). Changes made in place through `.data` (`weight.data.mul_(2)`) are invisible to that counter:
+    call `reset_packed()` after them. Calls with fewer rows (input elements over `in_features`) than the
     attribute `min_rows` (1 by default; `prepack_where_faster` sets it higher where oneDNN pays only from more rows on),
     training (gradients for the weight, the bias or the input), autocast, `torch.compile` tracing,
     `torch.backends.mkldnn.enabled = False`, inference-mode weights, empty layers, other devices, other dtypes and a
@@ -287,22 +295,20 @@ class PrepackedLinear(nn.Linear):
         """The output on the packed copy when this call may take it as the call that made `call` did, else None.
 
         Runs for every linear of every decoding step (each check costs a share of a small layer's call), so it
-        checks only what can change between calls without gradients: the parameters (the same objects, versions and
-        addresses: what a new parameter, `.to()` or an in-place change alters), the kernel and its operators, the
-        input's dtype, rank and rows, autocast and `torch.backends.mkldnn.enabled`. What the packing call checked of
-        the parameters (dtype, device, inference tensors, float16 values) holds while they are unchanged; the
-        quantized engine matters to FBGEMM's packing only (`_packed_fp16_weight`), not to its packed copy.
+        checks only what can change between calls without gradients: the parameters (`_tensor_state`: what a new
+        parameter, `.to()`, an in-place change or a `.data` swap alters), the kernel and its operators, the input's
+        dtype, rank and rows, autocast and `torch.backends.mkldnn.enabled`. What the packing call checked of the
+        parameters (dtype, device, inference tensors, float16 values) holds while they are unchanged; the quantized
+        engine matters to FBGEMM's packing only (`_packed_fp16_weight`), not to its packed copy.
         """
         # unpacked once: a named field's lookup costs about what one of the checks below does
-        packed_weight, weight_version, weight_address, packed_bias, bias_version, bias_address, packed, kernel = call
+        packed_weight, weight_state, packed_bias, bias_state, packed, kernel = call
         parameters = self._parameters  # not `self.weight`: nn.Module's attribute lookup of parameters is slow
         weight, bias = parameters.get("weight"), parameters.get("bias")
         if (
             weight is not packed_weight
-            or weight._version != weight_version
-            or weight.data_ptr() != weight_address
             or bias is not packed_bias
-            or (bias is not None and (bias._version != bias_version or bias.data_ptr() != bias_address))
+            or _tensor_state(weight) != weight_state
             or kernel != self._kernel
             or input.dtype != weight.dtype
             or input.numel() < self.min_rows * self.in_features
@@ -313,7 +319,12 @@ class PrepackedLinear(nn.Linear):
         try:
             if kernel == FP16_WEIGHTS:
                 operators = _fp16_operators
-                if operators is None or operators is _UNPROBED or input.dim() < 2:
+                if (
+                    operators is None
+                    or operators is _UNPROBED
+                    or input.dim() < 2
+                    or (bias is not None and _tensor_state(bias) != bias_state)
+                ):
                     return None
                 return operators.linear(input, packed)
             operators = _operators
@@ -321,19 +332,15 @@ class PrepackedLinear(nn.Linear):
                 return None
             return operators.linear_pointwise(input, packed, bias, "none", [], "")
         except RuntimeError:
-            return None  # the full path runs the call again, and reports the operator's failure there
+            return None  # the full path runs the call again: a bad input raises there, a failing operator is reported
 
     def _remember_packed_call(self, weight: torch.Tensor, bias: torch.Tensor | None, packed: object) -> None:
-        """Keep what the packed path just ran with, for `_packed_call_forward`."""
+        """Keep what the packed path just ran with, for `_packed_call_forward` (the copy's source, kept alive by
+        `_packed_source` until the copy is made again, which drops this record: no other tensor can take its
+        address meanwhile)."""
+        packs_bias = self._kernel == FP16_WEIGHTS and bias is not None
         self._packed_call = _PackedCall(
-            weight,
-            weight._version,
-            weight.data_ptr(),
-            bias,
-            0 if bias is None else bias._version,
-            0 if bias is None else bias.data_ptr(),
-            packed,
-            self._kernel,
+            weight, _tensor_state(weight), bias, _tensor_state(bias) if packs_bias else None, packed, self._kernel
         )
 
     def _fp16_weights_forward(
@@ -381,6 +388,7 @@ class PrepackedLinear(nn.Linear):
         if self._packed_key != key:
             if torch.backends.quantized.engine not in _FBGEMM_ENGINES:
                 return None  # the packing needs an FBGEMM engine (a packed copy runs under any): not packed yet
+            self._packed_call = None  # the record's source is about to be let go: its address may be reused
             # copies: the packing may write to the tensors it is given (it saturates out-of-range weights in place)
             self._packed = (
                 operators.prepack(weight.detach().clone(), None if bias is None else bias.detach().clone())
@@ -410,6 +418,7 @@ class PrepackedLinear(nn.Linear):
     def _packed_weight(self, weight: torch.Tensor, operators: _OneDNNOperators) -> torch.Tensor:
         key = (ONEDNN, weight.data_ptr(), weight.shape, weight.stride(), weight.dtype, weight._version)
         if self._packed_key != key:
+            self._packed_call = None  # the record's source is about to be let go: its address may be reused
             self._packed = operators.reorder_linear_weight(weight.detach(), None)
             self._packed_source = weight.detach()
             self._packed_key = key

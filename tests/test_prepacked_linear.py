@@ -536,3 +536,86 @@ def test_calls_after_the_packing_one_see_every_change_it_checked(monkeypatch, ke
     global_name = "_fp16_operators" if kernel == prepacked_linear_module.FP16_WEIGHTS else "_operators"
     monkeypatch.setattr(prepacked_linear_module, global_name, None)  # the kernel switched off after a failure
     check(7, exact=True)
+
+
+@pytest.mark.parametrize("kernel", [prepacked_linear_module.ONEDNN, prepacked_linear_module.FP16_WEIGHTS])
+def test_calls_after_the_packing_one_see_data_swaps_and_bad_inputs_as_nn_linear_does(monkeypatch, kernel):
+    """`.data` swaps that keep a parameter's address (a transposed or narrowed view) or reuse a freed one, the
+    bias changed in place or swapped, inputs the operator refuses, and the operator failing on a later call."""
+    calls = _counted_kernel_calls(monkeypatch, kernel)
+    _, packed = _fp16_valued_pair()
+    packed.kernel = kernel
+    square = PrepackedLinear.from_linear(nn.Linear(48, 48))
+    square.kernel = kernel
+    inputs = torch.randn(4, 48)
+
+    def same_as_nn_linear(layer: PrepackedLinear, batch: torch.Tensor = inputs) -> None:
+        with torch.no_grad():
+            torch.testing.assert_close(layer(batch), F.linear(batch, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
+
+    with torch.no_grad():
+        square.weight.copy_(torch.randn(48, 48).half().float())
+    same_as_nn_linear(square)
+    square.weight.data = square.weight.data.t()  # same object, version and address: another layout
+    same_as_nn_linear(square)
+    same_as_nn_linear(packed)
+    assert packed._packed_call is not None
+    packed.weight.data = packed.weight.data[:20]  # same address, fewer rows (the bias too)
+    packed.bias.data = packed.bias.data[:20]
+    same_as_nn_linear(packed)
+    with torch.no_grad():
+        packed.bias.add_(1.0)  # the bias alone, in place
+    same_as_nn_linear(packed)
+    packed.bias.data = torch.randn(20)  # the bias alone, swapped
+    same_as_nn_linear(packed)
+    packed.weight.data = torch.randn(20, 48)  # float16 cannot hold these: nn.Linear's computation, copy let go
+    same_as_nn_linear(packed)
+    if kernel == prepacked_linear_module.FP16_WEIGHTS:
+        # the record went with the copy it was made for: a later weight at that copy's source's address cannot
+        # pass for it
+        assert packed._packed_call is None
+    for _ in range(3):  # new weights, some perhaps at a freed address
+        packed.weight.data = torch.randn(20, 48).half().float()
+        same_as_nn_linear(packed)
+        same_as_nn_linear(packed)
+    taken = len(calls)
+    assert taken > 0
+    with torch.no_grad():
+        with pytest.raises(RuntimeError):  # nn.Linear's own error for the wrong width
+            F.linear(torch.randn(4, 40), packed.weight, packed.bias)
+        with pytest.raises(RuntimeError):
+            packed(torch.randn(4, 40))
+        with pytest.raises(RuntimeError):  # another dtype, as nn.Linear refuses it
+            packed(inputs.bfloat16())
+    same_as_nn_linear(packed, torch.randn(48))  # a vector: nn.Linear takes it
+    assert prepacked_linear_module._onednn_operators() is not None  # the inputs were at fault, not the operators
+    assert prepacked_linear_module._fp16_operators is not None
+    operators_name = "_fp16_operators" if kernel == prepacked_linear_module.FP16_WEIGHTS else "_operators"
+    operators = getattr(prepacked_linear_module, operators_name)
+
+    def failing(*args):
+        raise RuntimeError("kernel gone")
+
+    field = "linear" if kernel == prepacked_linear_module.FP16_WEIGHTS else "linear_pointwise"
+    monkeypatch.setattr(prepacked_linear_module, operators_name, operators._replace(**{field: failing}))
+    with pytest.warns(RuntimeWarning, match="kernel gone"):
+        same_as_nn_linear(packed)  # a later call's failure: reported once, nn.Linear's result
+    assert getattr(prepacked_linear_module, operators_name) is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        same_as_nn_linear(packed)
+
+
+def test_the_float16_kernel_is_probed_once_an_fbgemm_engine_is_set(monkeypatch):
+    """A process that starts on another quantized engine does not rule the kernel out for good."""
+    if not {"qnnpack", "fbgemm"} <= set(torch.backends.quantized.supported_engines):
+        pytest.skip("needs the qnnpack and FBGEMM engines")
+    monkeypatch.setattr(prepacked_linear_module, "_fp16_operators", prepacked_linear_module._UNPROBED)
+    previous = torch.backends.quantized.engine
+    torch.backends.quantized.engine = "qnnpack"
+    try:
+        assert prepacked_linear_module._fp16_weight_operators() is None
+        assert prepacked_linear_module._fp16_operators is prepacked_linear_module._UNPROBED
+    finally:
+        torch.backends.quantized.engine = previous
+    assert prepacked_linear_module._fp16_weight_operators() is not None
