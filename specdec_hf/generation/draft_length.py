@@ -31,8 +31,8 @@ ones, each kind with all it costs around the verifier: a table of single iterati
 not compare alike); before that, by the cost table: plain when even the best k is expected to give fewer tokens per
 second than a plain decoding step (the verifier's forward alone, with none of the loop's costs around it, until
 plain calls were timed). The kind not chosen still runs now and then, at growing intervals (a drafting call after 2,
-4, ... 32 plain calls; a plain call after 8, 16, ... 64 drafting calls, every 8 until three were timed), so that both
-stay measured. The loop's own k = 0 iterations cannot stand in for plain calls: at batch > 1 they still re-feed the
+4, ... 32 plain calls, after 256 while the timed drafting calls are clearly slower; a plain call after 8, 16, ... 64
+drafting calls, every 8 until three were timed), so that both stay measured. The loop's own k = 0 iterations cannot stand in for plain calls: at batch > 1 they still re-feed the
 rows that advanced unevenly. Since the measurements are the machine's, the sequence of k is not reproducible from
 run to run: a seeded sampling run draws other numbers, and the relaxed rule (β > 1), whose output depends on k, can
 write another output. The measurements are per process and not guarded by a lock: calls of `generate()` in parallel
@@ -99,6 +99,12 @@ _SETTLED_NEIGHBOUR_INTERVAL = 20
 # whole calls decoded without drafting before one probes it; the interval doubles after each such probe
 _FIRST_CALL_PROBE_INTERVAL = 2
 _MAX_CALL_PROBE_INTERVAL = 32
+# ... and while the timed drafting calls are clearly slower per step than the plain ones (their means apart by
+# `_CLEARLY_SLOWER_ERRORS` standard errors of the difference and by `_CLEARLY_SLOWER_SHARE` of the plain mean), this
+# many: a drafting call at batch 16 on a CPU takes ~1.4 times a plain one, and a probe every 32 calls cost ~1.3%
+_CLEARLY_SLOWER_PROBE_INTERVAL = 256
+_CLEARLY_SLOWER_ERRORS = 3.0
+_CLEARLY_SLOWER_SHARE = 0.1
 # drafting calls before one is decoded plainly, to keep plain decoding's cost measured; doubling likewise
 _FIRST_PLAIN_PROBE_INTERVAL = 8
 _MAX_PLAIN_PROBE_INTERVAL = 64
@@ -306,6 +312,18 @@ def _slope(values: Sequence[float]) -> float:
     return covariance / sum((index - mean_index) ** 2 for index in range(count))
 
 
+def _clearly_slower(slower: Sequence[float], faster: Sequence[float]) -> bool:
+    """Whether the calls timed in `slower` (times per step) are slower than those in `faster` by more than their
+    noise explains: at least `_MIN_TIMED_CALLS` of each, the means apart by `_CLEARLY_SLOWER_ERRORS` standard errors
+    of their difference and by `_CLEARLY_SLOWER_SHARE` of the faster mean."""
+    if len(slower) < _MIN_TIMED_CALLS or len(faster) < _MIN_TIMED_CALLS:
+        return False
+    slower_mean, faster_mean = statistics.fmean(slower), statistics.fmean(faster)
+    error = (statistics.variance(slower) / len(slower) + statistics.variance(faster) / len(faster)) ** 0.5
+    gap = slower_mean - faster_mean
+    return gap > _CLEARLY_SLOWER_ERRORS * error and gap > _CLEARLY_SLOWER_SHARE * faster_mean
+
+
 def _lower_quartile(values: Sequence[float]) -> float | None:
     if not values:
         return None
@@ -409,7 +427,9 @@ class DraftLengthSchedule:
         some k ≥ 1 is expected to beat a plain step (as plain calls measured it, [`observe_plain_call`]; before any,
         the verifier's forward alone). The other kind runs now and then so that both stay measured: a drafting call
         after 2, 4, ... 32 plain calls, a plain call after 8, 16, ... 64 drafting calls (the interval doubles after
-        each probe, for plain calls once three were timed, and starts over when the expected kind changes).
+        each probe, for plain calls once three were timed, and starts over when the expected kind changes); while
+        the timed drafting calls are clearly slower per step than the plain ones (`_clearly_slower`: their means
+        three standard errors and a tenth apart), a drafting call only after 256 plain ones.
         """
         key = self._table_key(rows)
         table = self._tables.get(key)
@@ -422,7 +442,10 @@ class DraftLengthSchedule:
         if drafting != choices.drafting_expected:
             choices.drafting_expected, choices.since_probe = drafting, 0
             choices.probe_interval = _FIRST_CALL_PROBE_INTERVAL if not drafting else _FIRST_PLAIN_PROBE_INTERVAL
-        if choices.since_probe >= choices.probe_interval:
+        interval = choices.probe_interval
+        if not drafting and _clearly_slower(choices.drafting_call_steps, choices.plain_call_steps):
+            interval = max(interval, _CLEARLY_SLOWER_PROBE_INTERVAL)
+        if choices.since_probe >= interval:
             choices.since_probe = 0
             # while drafting is expected, plain calls keep their first interval until three were timed: the table's
             # drafting iterations can look cheaper than drafting calls are, and the timed calls settle it

@@ -425,9 +425,9 @@ def test_timed_calls_of_both_kinds_decide_over_the_cost_table():
     assert schedule.drafts_this_call(1)
     choices = schedule._call_choices[(1, "cpu", 2)]
     choices.plain_call_steps.extend([1.0, 1.1, 1.0])
-    choices.drafting_call_steps.extend([1.3, 1.2])
+    choices.drafting_call_steps.extend([1.3, 1.0])
     assert schedule.drafts_this_call(1)  # two drafting calls timed: not enough to override the table
-    choices.drafting_call_steps.append(1.25)
+    choices.drafting_call_steps.append(1.25)  # slower on the mean, but not clearly (1.5 standard errors)
     decisions = [schedule.drafts_this_call(1) for _ in range(8)]
     # plain from now on, a drafting call after 2 plain ones, then after 4 more
     assert decisions == [False, False, True, False, False, False, False, True]
@@ -441,6 +441,24 @@ def test_timed_calls_of_both_kinds_decide_over_the_cost_table():
     decisions = [fresh.drafts_this_call(1) for _ in range(27)]
     # the table says draft: a plain call after every 8 until three plain calls were timed (none is, here)
     assert decisions == ([True] * 8 + [False]) * 3
+
+
+def test_drafting_calls_clearly_slower_than_plain_ones_are_probed_rarely():
+    """Drafting calls timed slower per step than plain ones by more than their noise explains (as at batch 16 on a
+    CPU) are probed after 256 plain calls instead of 2, 4, ... 32; once a probe makes the difference unclear, the
+    doubling intervals apply again."""
+    schedule = DraftLengthSchedule(object, None, 2, (1, 0.0, False), torch.device("cpu"))
+    schedule._tables[(1, "cpu", 2)] = IterationCostTable([1.0, 1.1, 1.2])
+    schedule.acceptance.update(2, [0] * 50)  # the table expects plain calls
+    assert not schedule.drafts_this_call(1)
+    choices = schedule._call_choices[(1, "cpu", 2)]
+    choices.plain_call_steps.extend([1.0, 1.1, 1.0])
+    choices.drafting_call_steps.extend([1.4, 1.45, 1.35])  # 0.37 slower on the mean, 8 standard errors
+    decisions = [schedule.drafts_this_call(1) for _ in range(256)]
+    assert decisions == [False] * 255 + [True]  # the first call above counted towards the interval
+    choices.drafting_call_steps.append(1.0)  # that probe ran at plain speed: 2.5 standard errors apart now
+    decisions = [schedule.drafts_this_call(1) for _ in range(5)]
+    assert decisions == [False] * 4 + [True]  # the interval doubled after the probe, from 2 to 4
 
 
 def test_a_drafting_call_is_timed_per_step_unless_it_calibrated_its_table(clock):
