@@ -268,7 +268,7 @@ def _fp16_everywhere_if_faster(
     finally:
         for layer in swept:  # as prepacked: the caller applies the choice
             layer.kernel, layer.min_rows = ONEDNN, 1
-    if _fp16_weight_operators() is None:  # the kernel failed meanwhile: its sweeps ran nn.Linear's computation
+    if _fp16_weight_operators() is None:  # failed meanwhile, or the engine was switched: the sweeps ran nn.Linear
         return {}
     relative = sum(fp16 / per_layer for per_layer, fp16 in seconds)
     return movable if relative < len(rows) else {}

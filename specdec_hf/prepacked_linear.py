@@ -167,9 +167,8 @@ KERNELS = (ONEDNN, FP16_WEIGHTS)
 class _PackedCall(NamedTuple):
     """The parameters a packed copy was made from, as the call that took it saw them, with the copy and its kernel:
     a later call on the same parameters checks only what can change between calls. Each parameter is kept as its
-    object and `_tensor_state` (version, address, shape, strides: what an in-place change or a `.data` swap alters);
-    the bias's state only for the float16 kernel, which packs it (oneDNN takes the layer's bias at every call, its
-    object checked so that a new one passes the full path's dtype check)."""
+    object and `_tensor_state` (what an in-place change or a `.data` swap alters), the bias too (the float16 kernel
+    packs it; oneDNN reads it at every call, and a new one must pass the full path's checks of its dtype and layout)."""
 
     weight: torch.Tensor
     weight_state: tuple
@@ -181,8 +180,8 @@ class _PackedCall(NamedTuple):
 
 def _tensor_state(tensor: torch.Tensor) -> tuple:
     """What tells a parameter's contents apart while it stays the same object: its version (in-place changes) and
-    its address, shape and strides (a `.data` swap, which keeps the version)."""
-    return tensor._version, tensor.data_ptr(), tensor.shape, tensor.stride()
+    its address, dtype, shape and strides (a `.data` swap, which keeps the version)."""
+    return tensor._version, tensor.data_ptr(), tensor.dtype, tensor.shape, tensor.stride()
 
 
 class PrepackedLinear(nn.Linear):
@@ -297,7 +296,7 @@ class PrepackedLinear(nn.Linear):
         Runs for every linear of every decoding step (each check costs a share of a small layer's call), so it
         checks only what can change between calls without gradients: the parameters (`_tensor_state`: what a new
         parameter, `.to()`, an in-place change or a `.data` swap alters), the kernel and its operators, the input's
-        dtype, rank and rows, autocast and `torch.backends.mkldnn.enabled`. What the packing call checked of the
+        dtype and rows (and its rank for the float16 kernel), autocast and `torch.backends.mkldnn.enabled`. What the packing call checked of the
         parameters (dtype, device, inference tensors, float16 values) holds while they are unchanged; the quantized
         engine matters to FBGEMM's packing only (`_packed_fp16_weight`), not to its packed copy.
         """
@@ -309,6 +308,7 @@ class PrepackedLinear(nn.Linear):
             weight is not packed_weight
             or bias is not packed_bias
             or _tensor_state(weight) != weight_state
+            or (bias is not None and _tensor_state(bias) != bias_state)
             or kernel != self._kernel
             or input.dtype != weight.dtype
             or input.numel() < self.min_rows * self.in_features
@@ -319,12 +319,7 @@ class PrepackedLinear(nn.Linear):
         try:
             if kernel == FP16_WEIGHTS:
                 operators = _fp16_operators
-                if (
-                    operators is None
-                    or operators is _UNPROBED
-                    or input.dim() < 2
-                    or (bias is not None and _tensor_state(bias) != bias_state)
-                ):
+                if operators is None or operators is _UNPROBED or input.dim() < 2:
                     return None
                 return operators.linear(input, packed)
             operators = _operators
@@ -338,9 +333,8 @@ class PrepackedLinear(nn.Linear):
         """Keep what the packed path just ran with, for `_packed_call_forward` (the copy's source, kept alive by
         `_packed_source` until the copy is made again, which drops this record: no other tensor can take its
         address meanwhile)."""
-        packs_bias = self._kernel == FP16_WEIGHTS and bias is not None
         self._packed_call = _PackedCall(
-            weight, _tensor_state(weight), bias, _tensor_state(bias) if packs_bias else None, packed, self._kernel
+            weight, _tensor_state(weight), bias, None if bias is None else _tensor_state(bias), packed, self._kernel
         )
 
     def _fp16_weights_forward(
@@ -407,8 +401,12 @@ class PrepackedLinear(nn.Linear):
             return False
         if weight.device.type != "cpu" or weight.is_inference() or weight.numel() == 0:
             return False  # inference tensors have no version counter to key the copy on; oneDNN rejects empty ones
-        if bias is not None and bias.dtype != weight.dtype:
-            return False
+        if bias is not None and (
+            bias.dtype != weight.dtype or bias.shape != weight.shape[:1] or not bias.is_contiguous()
+        ):
+            return (
+                False  # oneDNN reads the bias as `out_features` contiguous values: a broadcast or strided one is not
+            )
         if torch.is_grad_enabled() and (
             weight.requires_grad or input.requires_grad or (bias is not None and bias.requires_grad)
         ):

@@ -619,3 +619,33 @@ def test_the_float16_kernel_is_probed_once_an_fbgemm_engine_is_set(monkeypatch):
     finally:
         torch.backends.quantized.engine = previous
     assert prepacked_linear_module._fp16_weight_operators() is not None
+
+
+@pytest.mark.parametrize("kernel", [prepacked_linear_module.ONEDNN, prepacked_linear_module.FP16_WEIGHTS])
+def test_a_strided_expanded_or_broadcast_bias_keeps_nn_linear_results(monkeypatch, kernel):
+    """oneDNN reads the bias as `out_features` contiguous values: a column of a matrix, an expanded scalar and a
+    broadcast `(1,)` bias take nn.Linear's computation, on a first call and after a `.data` swap, without a warning
+    and without switching the kernel off."""
+    _counted_kernel_calls(monkeypatch, kernel)  # skips where the kernel does not run
+    _, packed = _fp16_valued_pair()
+    packed.kernel = kernel
+    inputs = torch.randn(4, 48)
+
+    def same_as_nn_linear() -> None:
+        with torch.no_grad():
+            torch.testing.assert_close(packed(inputs), F.linear(inputs, packed.weight, packed.bias))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        same_as_nn_linear()  # packs, with a plain bias
+        packed.bias.data = torch.randn(40, 2)[:, 0]  # a strided column
+        same_as_nn_linear()
+        packed.bias.data = torch.full((1,), 3.0).expand(40)  # one value, expanded
+        same_as_nn_linear()
+        packed.bias = nn.Parameter(torch.randn(40, 2)[:, 1])  # a new strided parameter
+        same_as_nn_linear()
+        packed.bias = nn.Parameter(torch.full((1,), 2.0))  # broadcast: nn.Linear takes it
+        same_as_nn_linear()
+    assert prepacked_linear_module._onednn_operators() is not None
+    operators = "_fp16_operators" if kernel == prepacked_linear_module.FP16_WEIGHTS else "_operators"
+    assert getattr(prepacked_linear_module, operators) is not None

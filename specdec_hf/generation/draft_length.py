@@ -31,9 +31,9 @@ ones, each kind with all it costs around the verifier: a table of single iterati
 not compare alike); before that, by the cost table: plain when even the best k is expected to give fewer tokens per
 second than a plain decoding step (the verifier's forward alone, with none of the loop's costs around it, until
 plain calls were timed). The kind not chosen still runs now and then, at growing intervals (a drafting call after 2,
-4, ... 32 plain calls, after 256 while the timed drafting calls are clearly slower; a plain call after 8, 16, ... 64
-drafting calls, every 8 until three were timed), so that both stay measured. The loop's own k = 0 iterations cannot stand in for plain calls: at batch > 1 they still re-feed the
-rows that advanced unevenly. Since the measurements are the machine's, the sequence of k is not reproducible from
+4, ... 32 plain calls, after 256 while the timed drafting calls are clearly slower, the latest one included; a plain
+call after 8, 16, ... 64 drafting calls, every 8 until three were timed), so that both stay measured. The loop's own
+k = 0 iterations cannot stand in for plain calls: at batch > 1 they still re-feed the rows that advanced unevenly. Since the measurements are the machine's, the sequence of k is not reproducible from
 run to run: a seeded sampling run draws other numbers, and the relaxed rule (β > 1), whose output depends on k, can
 write another output. The measurements are per process and not guarded by a lock: calls of `generate()` in parallel
 threads share them and time each other's load.
@@ -315,10 +315,14 @@ def _slope(values: Sequence[float]) -> float:
 def _clearly_slower(slower: Sequence[float], faster: Sequence[float]) -> bool:
     """Whether the calls timed in `slower` (times per step) are slower than those in `faster` by more than their
     noise explains: at least `_MIN_TIMED_CALLS` of each, the means apart by `_CLEARLY_SLOWER_ERRORS` standard errors
-    of their difference and by `_CLEARLY_SLOWER_SHARE` of the faster mean."""
+    of their difference and by `_CLEARLY_SLOWER_SHARE` of the faster mean, and the latest of `slower` slower by that
+    share too (a probe that ran fast ends the verdict at once, not after the window's older calls age out; with a
+    few calls, three standard errors alone would also be a weak test)."""
     if len(slower) < _MIN_TIMED_CALLS or len(faster) < _MIN_TIMED_CALLS:
         return False
     slower_mean, faster_mean = statistics.fmean(slower), statistics.fmean(faster)
+    if slower[-1] <= (1 + _CLEARLY_SLOWER_SHARE) * faster_mean:
+        return False
     error = (statistics.variance(slower) / len(slower) + statistics.variance(faster) / len(faster)) ** 0.5
     gap = slower_mean - faster_mean
     return gap > _CLEARLY_SLOWER_ERRORS * error and gap > _CLEARLY_SLOWER_SHARE * faster_mean
@@ -429,7 +433,8 @@ class DraftLengthSchedule:
         after 2, 4, ... 32 plain calls, a plain call after 8, 16, ... 64 drafting calls (the interval doubles after
         each probe, for plain calls once three were timed, and starts over when the expected kind changes); while
         the timed drafting calls are clearly slower per step than the plain ones (`_clearly_slower`: their means
-        three standard errors and a tenth apart), a drafting call only after 256 plain ones.
+        three standard errors and a tenth apart, the latest drafting call a tenth slower too), a drafting call only
+        after 256 plain ones.
         """
         key = self._table_key(rows)
         table = self._tables.get(key)

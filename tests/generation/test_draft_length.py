@@ -456,9 +456,18 @@ def test_drafting_calls_clearly_slower_than_plain_ones_are_probed_rarely():
     choices.drafting_call_steps.extend([1.4, 1.45, 1.35])  # 0.37 slower on the mean, 8 standard errors
     decisions = [schedule.drafts_this_call(1) for _ in range(256)]
     assert decisions == [False] * 255 + [True]  # the first call above counted towards the interval
-    choices.drafting_call_steps.append(1.0)  # that probe ran at plain speed: 2.5 standard errors apart now
+    choices.drafting_call_steps.append(1.0)  # that probe ran at plain speed (and the means are 2.5 errors apart)
     decisions = [schedule.drafts_this_call(1) for _ in range(5)]
     assert decisions == [False] * 4 + [True]  # the interval doubled after the probe, from 2 to 4
+    choices.drafting_call_steps.extend([1.4, 1.45, 1.35, 1.4])  # clearly slower again, then a fast probe
+    assert not any(schedule.drafts_this_call(1) for _ in range(255))
+    choices.drafting_call_steps.append(1.02)  # the means still 5 errors apart, but the latest call is not slower
+    assert schedule.drafts_this_call(1)  # the doubling intervals at once: 255 calls since the last probe exceed 8
+    choices.plain_call_steps.extend([1.0] * 13)
+    # the latest a tenth slower and the means 5 errors apart, but less than a tenth
+    choices.drafting_call_steps.extend([1.05, 1.06, 1.05] * 5 + [1.2])
+    decisions = [schedule.drafts_this_call(1) for _ in range(17)]
+    assert decisions == [False] * 16 + [True]
 
 
 def test_a_drafting_call_is_timed_per_step_unless_it_calibrated_its_table(clock):
