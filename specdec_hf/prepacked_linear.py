@@ -296,9 +296,10 @@ class PrepackedLinear(nn.Linear):
         Runs for every linear of every decoding step (each check costs a share of a small layer's call), so it
         checks only what can change between calls without gradients: the parameters (`_tensor_state`: what a new
         parameter, `.to()`, an in-place change or a `.data` swap alters), the kernel and its operators, the input's
-        dtype and rows (and its rank for the float16 kernel), autocast and `torch.backends.mkldnn.enabled`. What the packing call checked of the
-        parameters (dtype, device, inference tensors, float16 values) holds while they are unchanged; the quantized
-        engine matters to FBGEMM's packing only (`_packed_fp16_weight`), not to its packed copy.
+        dtype and rows (and its rank for the float16 kernel), autocast and `torch.backends.mkldnn.enabled`. What the
+        packing call checked of the parameters (dtype, device, inference tensors, float16 values) holds while they
+        are unchanged; the quantized engine matters to FBGEMM's packing only (`_packed_fp16_weight`), not to its
+        packed copy.
         """
         # unpacked once: a named field's lookup costs about what one of the checks below does
         packed_weight, weight_state, packed_bias, bias_state, packed, kernel = call

@@ -35,8 +35,9 @@ plain calls were timed). The kind not chosen still runs now and then, at growing
 call after 8, 16, ... 64 drafting calls, every 8 until three were timed), so that both stay measured. The loop's own
 k = 0 iterations cannot stand in for plain calls: at batch > 1 they still re-feed the rows that advanced unevenly.
 Since the measurements are the machine's, the sequence of k is not reproducible from run to run: a seeded sampling
-run draws other numbers, and the relaxed rule (β > 1), whose output depends on k, can write another output. The measurements are per process and not guarded by a lock: calls of `generate()` in parallel
-threads share them and time each other's load.
+run draws other numbers, and the relaxed rule (β > 1), whose output depends on k, can write another output. The
+measurements are per process and not guarded by a lock: calls of `generate()` in parallel threads share them and
+time each other's load.
 """
 
 from __future__ import annotations
