@@ -377,9 +377,7 @@ class PrepackedLinear(nn.Linear):
     def _packed_fp16_weight(
         self, weight: torch.Tensor, bias: torch.Tensor | None, operators: _Fp16WeightOperators
     ) -> torch.Tensor | None:
-        key = (FP16_WEIGHTS, weight.data_ptr(), weight.shape, weight.stride(), weight._version)
-        if bias is not None:
-            key += (bias.data_ptr(), bias.shape, bias.stride(), bias._version)
+        key = (FP16_WEIGHTS, _tensor_state(weight), None if bias is None else _tensor_state(bias))
         if self._packed_key != key:
             if torch.backends.quantized.engine not in _FBGEMM_ENGINES:
                 return None  # the packing needs an FBGEMM engine (a packed copy runs under any): not packed yet
@@ -415,7 +413,7 @@ class PrepackedLinear(nn.Linear):
         return not torch.is_autocast_enabled("cpu") and torch.backends.mkldnn.enabled  # no autocast rule either
 
     def _packed_weight(self, weight: torch.Tensor, operators: _OneDNNOperators) -> torch.Tensor:
-        key = (ONEDNN, weight.data_ptr(), weight.shape, weight.stride(), weight.dtype, weight._version)
+        key = (ONEDNN, _tensor_state(weight))
         if self._packed_key != key:
             self._packed_call = None  # the record's source is about to be let go: its address may be reused
             self._packed = operators.reorder_linear_weight(weight.detach(), None)

@@ -581,17 +581,15 @@ def test_calls_after_the_packing_one_see_data_swaps_and_bad_inputs_as_nn_linear_
     taken = len(calls)
     assert taken > 0
     with torch.no_grad():
-        with pytest.raises(RuntimeError):  # nn.Linear's own error for the wrong width
-            F.linear(torch.randn(4, 40), packed.weight, packed.bias)
-        with pytest.raises(RuntimeError):
+        with pytest.raises(RuntimeError):  # the wrong width: nn.Linear's own error
             packed(torch.randn(4, 40))
         with pytest.raises(RuntimeError):  # another dtype, as nn.Linear refuses it
             packed(inputs.bfloat16())
     same_as_nn_linear(packed, torch.randn(48))  # a vector: nn.Linear takes it
-    assert prepacked_linear_module._onednn_operators() is not None  # the inputs were at fault, not the operators
-    assert prepacked_linear_module._fp16_operators is not None
     operators_name = "_fp16_operators" if kernel == prepacked_linear_module.FP16_WEIGHTS else "_operators"
     operators = getattr(prepacked_linear_module, operators_name)
+    # the inputs were at fault, not this kernel's operators: still in use
+    assert operators not in (None, prepacked_linear_module._UNPROBED)
 
     def failing(*args):
         raise RuntimeError("kernel gone")
