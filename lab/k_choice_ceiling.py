@@ -1,0 +1,265 @@
+"""What choosing k per iteration could buy over the best fixed k: fixed k, an oracle, and the drafter's confidence.
+
+For each source this decodes greedily, runs the drafter teacher-forced at every split point of the output with all
+its mask slots (as `drafter_call_splits.py` does), and keeps, per split, which slots are right and the drafter's
+probability of its own first choice in each slot. At β=1 the prefix at every call is the greedy output's, so an
+iteration from split s that verifies k drafts accepts exactly the run of right slots up to k, and decoding is
+replayed exactly for any rule choosing k from what is known at s. Each iteration is costed with the cost table the
+`num_draft_tokens="auto"` schedule builds in this process (decoding `--cost_rows` sources first): what an iteration
+of k drafts costs on this machine, the drafter's call and the loop included. Speeds are tokens per second of the
+replay against the table's plain iteration (k = 0), so the rules compare with each other, not with `generate()`.
+
+The rules: every fixed k; an oracle that verifies exactly the drafts that will be accepted, skipping the drafter's
+call where none will be (a ceiling no rule reaches), and the same oracle once the drafts are made (the call paid at
+k = 0 too); k maximising expected tokens per second with the drafter's confidences mapped to acceptance by a table
+fitted on the other half of the sources (cross-fitted: each half is replayed with the table of the other); cutting the
+drafts where the product of the drafter's confidences falls below a threshold; and, from what is known before the
+drafter's call, the verifier's probability of the prefix's last token: k=3 above a threshold (else no call), or the
+best k for that probability's bucket (cross-fitted).
+
+    python -m lab.k_choice_ceiling --limit 100 --threads 2
+
+Its figures: docs/RESULTS.md, "k per iteration from the drafter's confidence or the verifier's".
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+from collections.abc import Callable, Sequence
+
+import torch
+from transformers import AutoTokenizer
+
+from benchmarks._common import GREEDY_KWARGS, add_demo_pair_arguments, load_demo_pair, read_sources
+from specdec_hf import prepack_where_faster, speculative_generate
+from specdec_hf.generation import draft_length
+
+# edges of the confidence buckets the acceptance table is fitted on
+EDGES = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98)
+
+
+class Splits:
+    """One source's teacher-forced drafts: `right[s][j]` (slot j right after split s, all earlier slots aside),
+    `confidence[s][j]` (the drafter's probability of its slot-j choice) and `verifier_confidence[s]` (the verifier's
+    probability of the last token of split s's prefix, known before the drafter is called; 1 for the start token),
+    for the output's `tokens` new tokens."""
+
+    def __init__(
+        self, right: list[list[bool]], confidence: list[list[float]], verifier_confidence: list[float], tokens: int
+    ):
+        self.right, self.confidence, self.tokens = right, confidence, tokens
+        self.verifier_confidence = verifier_confidence
+
+    def accepted(self, split: int, k: int) -> int:
+        """Drafts accepted from `split` when k are verified: the run of right slots, at most k."""
+        count = 0
+        while count < k and self.right[split][count]:
+            count += 1
+        return count
+
+
+@torch.inference_mode()
+def score_source(verifier, drafter, inputs: dict, slots: int) -> Splits:
+    """Decode `inputs` greedily and score the drafter's `slots` slots at every split point of the output."""
+    output = verifier.generate(**inputs, **GREEDY_KWARGS)
+    length = output.shape[1]
+    encoder_states = verifier.get_encoder()(**inputs).last_hidden_state
+    layers = drafter.config.verifier_state_layers
+    teacher_forced = verifier(
+        encoder_outputs=(encoder_states,),
+        attention_mask=inputs.get("attention_mask"),
+        decoder_input_ids=output,
+        output_hidden_states=bool(layers),
+        use_cache=False,
+    )
+    states = torch.cat([teacher_forced.decoder_hidden_states[i] for i in layers], dim=-1) if layers else None
+    split_lengths = torch.arange(1, length)
+    logits = drafter(
+        input_ids=None if drafter.encoder is None else inputs["input_ids"],
+        attention_mask=inputs.get("attention_mask"),
+        encoder_hidden_states=encoder_states if drafter.encoder is None else None,
+        decoder_input_ids=output,
+        verifier_states=states,
+        split_lengths=split_lengths,
+        num_draft_tokens=slots,
+    ).logits[0]
+    confidence, choice = logits.float().softmax(-1).max(-1)
+    drafts = drafter.from_draft_vocab(choice)
+    targets = torch.full_like(drafts, -1)  # past the output's end: never right
+    for slot in range(slots):
+        positions = split_lengths + slot
+        inside = positions < length
+        targets[inside, slot] = output[0, positions[inside]]
+    # the verifier's probability of each output token after the start token, from the position before it
+    emitted = teacher_forced.logits[0, :-1].float().softmax(-1).gather(1, output[0, 1:, None]).squeeze(1)
+    verifier_confidence = [1.0, *emitted.tolist()][: length - 1]
+    return Splits((drafts == targets).tolist(), confidence.tolist(), verifier_confidence, length - 1)
+
+
+def replay(
+    rule: Callable[[Splits, int], int], sources: Sequence[Splits], costs: Sequence[float], after_drafting: bool = False
+) -> tuple[float, float]:
+    """Decode every source again under `rule(splits, split) -> k`; returns (speed against k = 0 everywhere, Tok.).
+
+    With `after_drafting` the rule reads the drafts (their confidence), so the drafter was called whatever k it
+    chooses: k = 0 then costs a drafting iteration less its one draft's verification, not a plain iteration.
+    """
+    chosen_costs = list(costs)
+    if after_drafting:
+        chosen_costs[0] = costs[1] - (costs[2] - costs[1])
+    seconds = tokens = iterations = 0
+    for splits in sources:
+        split = 0
+        while split < splits.tokens:
+            # the last token of the output is always the bonus of its iteration
+            k = max(0, min(rule(splits, split), splits.tokens - split - 1, len(costs) - 1))
+            seconds += chosen_costs[k]
+            iterations += 1
+            split += splits.accepted(split, k) + 1
+        tokens += splits.tokens
+    return tokens / seconds * costs[0], tokens / iterations
+
+
+def fit_acceptance(sources: Sequence[Splits], slots: int) -> list[list[float]]:
+    """P(slot j right | slots before it right, its confidence's bucket), Laplace-smoothed, per slot and bucket."""
+    counts = [[[0, 0] for _ in range(len(EDGES) + 1)] for _ in range(slots)]
+    for splits in sources:
+        for split in range(splits.tokens):
+            for slot in range(slots):
+                bucket = counts[slot][bisect.bisect_right(EDGES, splits.confidence[split][slot])]
+                bucket[0] += 1
+                bucket[1] += splits.right[split][slot]
+                if not splits.right[split][slot]:
+                    break
+    return [[(right + 1) / (seen + 2) for seen, right in slot] for slot in counts]
+
+
+def confidence_rule(table: list[list[float]], costs: Sequence[float]) -> Callable[[Splits, int], int]:
+    """k with the most expected tokens per second, the drafts' acceptance read from `table` by their confidence (k = 0
+    costed as `replay` costs it once the drafter was called)."""
+    verify_none = costs[1] - (costs[2] - costs[1])
+
+    def rule(splits: Splits, split: int) -> int:
+        best_k, best_rate, expected, all_right = 0, 1.0 / verify_none, 1.0, 1.0
+        for k in range(1, len(costs)):
+            all_right *= table[k - 1][bisect.bisect_right(EDGES, splits.confidence[split][k - 1])]
+            expected += all_right
+            if expected / costs[k] > best_rate:
+                best_k, best_rate = k, expected / costs[k]
+        return best_k
+
+    return rule
+
+
+def threshold_rule(threshold: float, slots: int) -> Callable[[Splits, int], int]:
+    """Verify the first draft, then each next while the product of the confidences stays at `threshold` or above."""
+
+    def rule(splits: Splits, split: int) -> int:
+        k, product = 0, 1.0
+        for slot in range(slots):
+            product *= splits.confidence[split][slot]
+            if product < threshold and k >= 1:
+                break
+            k += 1
+        return k
+
+    return rule
+
+
+def verifier_gate_rule(threshold: float, k: int) -> Callable[[Splits, int], int]:
+    """No drafter call (k = 0) where the verifier gave the prefix's last token less than `threshold`, else `k`."""
+    return lambda splits, split: 0 if splits.verifier_confidence[split] < threshold else k
+
+
+def fit_by_verifier_confidence(sources: Sequence[Splits], slots: int) -> list[list[float]]:
+    """Per bucket of the verifier's confidence in the prefix's last token: P(the first i + 1 drafts all right),
+    i < `slots`, with a Laplace prior."""
+    counts = [[0] * (slots + 1) for _ in range(len(EDGES) + 1)]  # [splits, runs of >= 1, >= 2, ...]
+    for splits in sources:
+        for split in range(splits.tokens):
+            bucket = counts[bisect.bisect_right(EDGES, splits.verifier_confidence[split])]
+            bucket[0] += 1
+            for run in range(splits.accepted(split, slots)):
+                bucket[run + 1] += 1
+    return [[(bucket[i + 1] + 0.5) / (bucket[0] + 1) for i in range(slots)] for bucket in counts]
+
+
+def by_verifier_confidence_rule(table: list[list[float]], costs: Sequence[float]) -> Callable[[Splits, int], int]:
+    """The k with the most expected tokens per second for the bucket of the verifier's confidence in the prefix's
+    last token (known before the drafter's call: k = 0 skips it)."""
+    choices = []
+    for acceptance in table:
+        rates = [1.0 / costs[0]]
+        expected = 1.0
+        for k in range(1, len(costs)):
+            expected += acceptance[k - 1]
+            rates.append(expected / costs[k])
+        choices.append(max(range(len(costs)), key=rates.__getitem__))
+    return lambda splits, split: choices[bisect.bisect_right(EDGES, splits.verifier_confidence[split])]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Print the auto schedule's costs and every rule's replayed speed and Tok., on all sources and by half."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_demo_pair_arguments(parser, limit=100, num_draft_tokens=0)
+    parser.set_defaults(data="models/demo-en-de/heldout_validation.jsonl", drafter_dtype="float32")
+    parser.add_argument("--cost_rows", type=int, default=30, help="Sources decoded at k auto to build the costs.")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    verifier, drafter = load_demo_pair(args, prepack=False)
+    prepack_where_faster(verifier)
+    prepack_where_faster(drafter, runs_after=verifier)
+    tokenizer = AutoTokenizer.from_pretrained(args.verifier)
+    sources = read_sources(args.data, tokenizer, args.limit)
+    slots = drafter.config.max_draft_tokens
+    auto = dict(custom_generate=speculative_generate, drafter=drafter, num_draft_tokens="auto")
+    with torch.inference_mode():
+        for inputs in sources[: args.cost_rows]:
+            verifier.generate(**inputs, **GREEDY_KWARGS, **auto)
+    table = draft_length._COST_TABLES[drafter][verifier][(1, "cpu", slots)]
+    costs = table.iteration_seconds(slots)
+    print(f"verifier forward by drafts (ms): {' '.join(f'{s * 1e3:.2f}' for s in table.verify_seconds)}")
+    print(f"iteration by k (ms): {' '.join(f'{s * 1e3:.2f}' for s in costs)}")
+    scored = [score_source(verifier, drafter, inputs, slots) for inputs in sources]
+    halves = (scored[: len(scored) // 2], scored[len(scored) // 2 :])
+    fitted = [fit_acceptance(half, slots) for half in halves]
+    by_verifier = [fit_by_verifier_confidence(half, slots) for half in halves]
+    # name: (the rule for the first half, for the second, whether it reads the drafts)
+    rules: dict[str, tuple[Callable, Callable, bool]] = {
+        f"fixed k={k}": (lambda s, i, k=k: k, lambda s, i, k=k: k, False) for k in range(slots + 1)
+    }
+    oracle = lambda s, i: s.accepted(i, slots)  # noqa: E731
+    # knows before the drafter's call whether any draft will be accepted: the ceiling of every rule
+    rules["oracle, skipping the drafter"] = (oracle, oracle, False)
+    # knows once the drafts are made: the ceiling of rules that read them
+    rules["oracle, after drafting"] = (oracle, oracle, True)
+    # each half replayed with the table fitted on the other
+    rules["confidence, cross-fitted"] = (confidence_rule(fitted[1], costs), confidence_rule(fitted[0], costs), True)
+    for threshold in (0.2, 0.3, 0.5):
+        rule = threshold_rule(threshold, slots)
+        rules[f"confidence product >= {threshold}"] = (rule, rule, True)
+    for threshold in (0.3, 0.5, 0.7, 0.9):
+        rule = verifier_gate_rule(threshold, 3)
+        rules[f"k=3 where the verifier gave >= {threshold}, else no drafter call"] = (rule, rule, False)
+    rules["k by the verifier's confidence, cross-fitted"] = (
+        by_verifier_confidence_rule(by_verifier[1], costs),
+        by_verifier_confidence_rule(by_verifier[0], costs),
+        False,
+    )
+    print("| rule | speed, all | Tok., all | speed, first half | speed, second half |")
+    print("|---|---|---|---|---|")
+    for name, (first, second, after_drafting) in rules.items():
+        parts = [replay(first, halves[0], costs, after_drafting), replay(second, halves[1], costs, after_drafting)]
+        tokens = sum(s.tokens for s in scored)
+        # the halves' replays joined: times add up, tokens too
+        seconds = sum(sum(s.tokens for s in half) / speed for half, (speed, _) in zip(halves, parts, strict=True))
+        iterations = sum(sum(s.tokens for s in half) / tok for half, (_, tok) in zip(halves, parts, strict=True))
+        print(
+            f"| {name} | {tokens / seconds:.3f} | {tokens / iterations:.2f} | {parts[0][0]:.3f} | {parts[1][0]:.3f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
