@@ -1,21 +1,24 @@
-"""What choosing k per iteration could buy over the best fixed k: fixed k, an oracle, and the drafter's confidence.
+"""What choosing k per iteration could buy over the best fixed k: the drafter's or the verifier's confidence, bounds.
 
 For each source this decodes greedily, runs the drafter teacher-forced at every split point of the output with all
 its mask slots (as `drafter_call_splits.py` does), and keeps, per split, which slots are right and the drafter's
 probability of its own first choice in each slot. At β=1 the prefix at every call is the greedy output's, so an
-iteration from split s that verifies k drafts accepts exactly the run of right slots up to k, and decoding is
-replayed exactly for any rule choosing k from what is known at s. Each iteration is costed with the cost table the
-`num_draft_tokens="auto"` schedule builds in this process (decoding `--cost_rows` sources first): what an iteration
-of k drafts costs on this machine, the drafter's call and the loop included. Speeds are tokens per second of the
-replay against the table's plain iteration (k = 0), so the rules compare with each other, not with `generate()`.
+iteration from split s that verifies k drafts accepts exactly the run of right slots up to k, and the tokens of
+decoding are replayed exactly for any rule choosing k from what is known at s (k capped by the length budget, as the
+loop caps it). Each iteration is costed with the cost table the `num_draft_tokens="auto"` schedule builds in this
+process (decoding `--cost_rows` sources first): what an iteration of k drafts costs on this machine, the drafter's call
+and the loop included; a drafter call that catches up on skipped iterations is costed as any other. Speeds are tokens
+per second of the replay against the table's plain iteration (k = 0), so the rules compare with each other, not with
+`generate()`.
 
-The rules: every fixed k; an oracle that verifies exactly the drafts that will be accepted, skipping the drafter's
-call where none will be (a ceiling no rule reaches), and the same oracle once the drafts are made (the call paid at
-k = 0 too); k maximising expected tokens per second with the drafter's confidences mapped to acceptance by a table
-fitted on the other half of the sources (cross-fitted: each half is replayed with the table of the other); cutting the
-drafts where the product of the drafter's confidences falls below a threshold; and, from what is known before the
-drafter's call, the verifier's probability of the prefix's last token: k=3 above a threshold (else no call), or the
-best k for that probability's bucket (cross-fitted).
+The rules: every fixed k; from the drafts (the drafter's call paid whatever k is chosen): k maximising expected tokens
+per second with the drafter's confidences mapped to acceptance by a table fitted on the other half of the sources
+(cross-fitted: each half is replayed with the table of the other), verifying while each draft's own confidence stays
+up to the first below a threshold (HF's `assistant_confidence_threshold`), or while the product of the confidences does; from what is
+known before the drafter's call, the verifier's probability of the prefix's last token: k=3 above a threshold (else no
+call; the thresholds are tried on the same sources) or the best k for that probability's bucket (cross-fitted). Two
+bounds close the table: the best k per iteration in hindsight (dynamic programming over the splits, knowing every
+draft's fate), once where a k = 0 iteration skips the drafter's call and once where the call is paid.
 
     python -m lab.k_choice_ceiling --limit 100 --threads 2
 
@@ -98,27 +101,62 @@ def score_source(verifier, drafter, inputs: dict, slots: int) -> Splits:
 
 
 def replay(
-    rule: Callable[[Splits, int], int], sources: Sequence[Splits], costs: Sequence[float], after_drafting: bool = False
+    rule: Callable[[Splits, int], int],
+    sources: Sequence[Splits],
+    costs: Sequence[float],
+    after_drafting: bool = False,
+    budget: int = GREEDY_KWARGS["max_new_tokens"],
 ) -> tuple[float, float]:
     """Decode every source again under `rule(splits, split) -> k`; returns (speed against k = 0 everywhere, Tok.).
+
+    k is capped as the loop caps it, by the length budget (`budget` new tokens), not by where the output will end: a
+    rule does not know that. A run of right drafts that takes in the output's EOS token ends the source.
 
     With `after_drafting` the rule reads the drafts (their confidence), so the drafter was called whatever k it
     chooses: k = 0 then costs a drafting iteration less its one draft's verification, not a plain iteration.
     """
-    chosen_costs = list(costs)
-    if after_drafting:
-        chosen_costs[0] = costs[1] - (costs[2] - costs[1])
+    chosen_costs = _chosen_costs(costs, after_drafting)
     seconds = tokens = iterations = 0
     for splits in sources:
         split = 0
         while split < splits.tokens:
-            # the last token of the output is always the bonus of its iteration
-            k = max(0, min(rule(splits, split), splits.tokens - split - 1, len(costs) - 1))
+            k = max(0, min(rule(splits, split), budget - split - 1, len(costs) - 1))
             seconds += chosen_costs[k]
             iterations += 1
             split += splits.accepted(split, k) + 1
         tokens += splits.tokens
     return tokens / seconds * costs[0], tokens / iterations
+
+
+def hindsight(sources: Sequence[Splits], costs: Sequence[float], after_drafting: bool) -> tuple[float, float]:
+    """The fastest decoding of every source by any choice of k per iteration, knowing every draft's fate (dynamic
+    programming over the splits: a bound no rule reaches); returns (speed against k = 0 everywhere, Tok.).
+
+    With `after_drafting`, k = 0 is costed as `replay` costs it for rules that read the drafts (the drafter's call
+    paid): the bound of such rules; without, a k = 0 iteration skips the call.
+    """
+    chosen_costs = _chosen_costs(costs, after_drafting)
+    seconds = tokens = iterations = 0
+    for splits in sources:
+        # best[s]: (seconds, iterations) from split s to the end
+        best = [(0.0, 0)] * (splits.tokens + 2)
+        for split in range(splits.tokens - 1, -1, -1):
+            best[split] = min(
+                (chosen_costs[k] + best[nxt][0], best[nxt][1] + 1)
+                for k in range(len(costs))
+                for nxt in (min(split + splits.accepted(split, k) + 1, splits.tokens + 1),)
+            )
+        seconds += best[0][0]
+        iterations += best[0][1]
+        tokens += splits.tokens
+    return tokens / seconds * costs[0], tokens / iterations
+
+
+def _chosen_costs(costs: Sequence[float], after_drafting: bool) -> list[float]:
+    chosen = list(costs)
+    if after_drafting:
+        chosen[0] = costs[1] - (costs[2] - costs[1])
+    return chosen
 
 
 def fit_acceptance(sources: Sequence[Splits], slots: int) -> list[list[float]]:
@@ -148,6 +186,20 @@ def confidence_rule(table: list[list[float]], costs: Sequence[float]) -> Callabl
             if expected / costs[k] > best_rate:
                 best_k, best_rate = k, expected / costs[k]
         return best_k
+
+    return rule
+
+
+def each_draft_rule(threshold: float, slots: int) -> Callable[[Splits, int], int]:
+    """Verify drafts up to and including the first whose own confidence is below `threshold` (HF's
+    `assistant_confidence_threshold`: the assistant stops after a token it is unsure of, and that token is still
+    verified)."""
+
+    def rule(splits: Splits, split: int) -> int:
+        k = 1
+        while k < slots and splits.confidence[split][k - 1] >= threshold:
+            k += 1
+        return k
 
     return rule
 
@@ -226,20 +278,23 @@ def main(argv: list[str] | None = None) -> None:
     halves = (scored[: len(scored) // 2], scored[len(scored) // 2 :])
     fitted = [fit_acceptance(half, slots) for half in halves]
     by_verifier = [fit_by_verifier_confidence(half, slots) for half in halves]
-    # name: (the rule for the first half, for the second, whether it reads the drafts)
+    # name: (the rule for the first half, for the second, whether it reads the drafts); the bounds follow the rules
     rules: dict[str, tuple[Callable, Callable, bool]] = {
         f"fixed k={k}": (lambda s, i, k=k: k, lambda s, i, k=k: k, False) for k in range(slots + 1)
     }
-    oracle = lambda s, i: s.accepted(i, slots)  # noqa: E731
-    # knows before the drafter's call whether any draft will be accepted: the ceiling of every rule
-    rules["oracle, skipping the drafter"] = (oracle, oracle, False)
-    # knows once the drafts are made: the ceiling of rules that read them
-    rules["oracle, after drafting"] = (oracle, oracle, True)
     # each half replayed with the table fitted on the other
-    rules["confidence, cross-fitted"] = (confidence_rule(fitted[1], costs), confidence_rule(fitted[0], costs), True)
+    rules["drafter's confidences, cross-fitted"] = (
+        confidence_rule(fitted[1], costs),
+        confidence_rule(fitted[0], costs),
+        True,
+    )
+    for threshold in (0.3, 0.5, 0.7):
+        rule = each_draft_rule(threshold, slots)
+        rules[f"each draft's confidence >= {threshold}"] = (rule, rule, True)
     for threshold in (0.2, 0.3, 0.5):
         rule = threshold_rule(threshold, slots)
-        rules[f"confidence product >= {threshold}"] = (rule, rule, True)
+        rules[f"product of the drafter's confidences >= {threshold}"] = (rule, rule, True)
+    # thresholds tried on these sources: the best of them is chosen in hindsight
     for threshold in (0.3, 0.5, 0.7, 0.9):
         rule = verifier_gate_rule(threshold, 3)
         rules[f"k=3 where the verifier gave >= {threshold}, else no drafter call"] = (rule, rule, False)
@@ -258,6 +313,13 @@ def main(argv: list[str] | None = None) -> None:
         iterations = sum(sum(s.tokens for s in half) / tok for half, (_, tok) in zip(halves, parts, strict=True))
         print(
             f"| {name} | {tokens / seconds:.3f} | {tokens / iterations:.2f} | {parts[0][0]:.3f} | {parts[1][0]:.3f} |"
+        )
+    for after_drafting, name in ((False, "skipping the drafter"), (True, "once the drafts are made")):
+        bound = hindsight(scored, costs, after_drafting)
+        halves_bound = [hindsight(half, costs, after_drafting)[0] for half in halves]
+        print(
+            f"| bound: the best k per iteration in hindsight, {name} | {bound[0]:.3f} | {bound[1]:.2f} | "
+            f"{halves_bound[0]:.3f} | {halves_bound[1]:.3f} |"
         )
 
 
