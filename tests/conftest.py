@@ -175,6 +175,33 @@ def generate_with_drafter(model, inputs: dict, drafter, **kwargs):
     return model.generate(**inputs, custom_generate=speculative_generate, drafter=drafter, **options)
 
 
+class StepClock:
+    """A clock for the draft length schedule's timings: every reading is one unit after the last, so a verifier
+    forward of any width costs 1 and a loop iteration 1 beyond its forward; `spend` adds what a slow drafter's call
+    costs."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
+
+    def spend(self, units: float) -> None:
+        self.now += units
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """The draft length schedule reads this clock instead of the machine's: what `num_draft_tokens="auto"` chooses
+    does not depend on the load of the machine running the tests."""
+    from specdec_hf.generation import draft_length
+
+    step_clock = StepClock()
+    monkeypatch.setattr(draft_length, "_clock", step_clock)
+    return step_clock
+
+
 @pytest.fixture
 def fresh_draft_length_measurements():
     """No cost table or acceptance count of `num_draft_tokens="auto"` from an earlier test, and none left after."""

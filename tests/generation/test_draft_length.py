@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import VOCAB_SIZE, build_verifier, generate_with_drafter, make_source_batch
+from conftest import VOCAB_SIZE, StepClock, build_verifier, generate_with_drafter, make_source_batch
 from oracle_drafters import OracleDrafter
 from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
@@ -20,29 +20,6 @@ from specdec_hf.generation.draft_length import (
 )
 
 GREEDY = dict(do_sample=False, num_beams=1)
-
-
-class StepClock:
-    """A clock for the schedule's timings: every reading is one unit after the last, so a verifier forward of any
-    width costs 1 and a loop iteration 1 beyond its forward; `spend` adds what a slow drafter's call costs."""
-
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        self.now += 1.0
-        return self.now
-
-    def spend(self, units: float) -> None:
-        self.now += units
-
-
-@pytest.fixture
-def clock(monkeypatch):
-    """The schedule reads this clock instead of the machine's: what it chooses does not depend on the load."""
-    step_clock = StepClock()
-    monkeypatch.setattr(draft_length, "_clock", step_clock)
-    return step_clock
 
 
 class SlowWrongDrafter(OracleDrafter):
