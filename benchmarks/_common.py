@@ -35,6 +35,8 @@ __all__ = [
     "positive_int",
     "print_header",
     "read_sources",
+    "split_targets",
+    "teacher_forced_drafts",
     "with_range",
 ]
 
@@ -99,6 +101,52 @@ class TimedCall:
             return self.function(*args, **kwargs)
         finally:
             self.total += time.perf_counter() - start
+
+
+def teacher_forced_drafts(verifier, drafter, inputs: dict, output: torch.LongTensor, num_draft_tokens: int):
+    """One teacher-forced verifier pass over `output` and the drafter's logits at every split point of it (a prefix of
+    1, 2, ... `output.shape[1] - 1` tokens), as decoding would have called it there (batch size 1).
+
+    Returns:
+        `(teacher_forced, logits)`: the verifier's `Seq2SeqLMOutput` (its decoder states included when the drafter
+        reads them) and the drafter's logits `(num_splits, num_draft_tokens, head_size)`.
+    """
+    encoder_states = verifier.get_encoder()(**inputs).last_hidden_state
+    layers = drafter.config.verifier_state_layers
+    teacher_forced = verifier(
+        encoder_outputs=(encoder_states,),
+        attention_mask=inputs.get("attention_mask"),
+        decoder_input_ids=output,
+        output_hidden_states=bool(layers),
+        use_cache=False,
+    )
+    states = None
+    if layers:
+        states = torch.cat([teacher_forced.decoder_hidden_states[index] for index in layers], dim=-1)
+    # the drafter casts the verifier's states to its dtype itself
+    logits = drafter(
+        input_ids=None if drafter.encoder is None else inputs["input_ids"],
+        attention_mask=inputs.get("attention_mask"),
+        encoder_hidden_states=encoder_states if drafter.encoder is None else None,
+        decoder_input_ids=output,
+        verifier_states=states,
+        split_lengths=torch.arange(1, output.shape[1]),
+        num_draft_tokens=num_draft_tokens,
+    ).logits[0]
+    return teacher_forced, logits
+
+
+def split_targets(output: torch.LongTensor, num_draft_tokens: int) -> torch.LongTensor:
+    """`(num_splits, num_draft_tokens)`: the token of `output` (batch size 1) each draft slot of each split point
+    should have drafted; -1 past the output's end (never right)."""
+    length = output.shape[1]
+    split_lengths = torch.arange(1, length, device=output.device)
+    targets = torch.full((length - 1, num_draft_tokens), -1, dtype=output.dtype, device=output.device)
+    for slot in range(num_draft_tokens):
+        positions = split_lengths + slot
+        inside = positions < length
+        targets[inside, slot] = output[0, positions[inside]]
+    return targets
 
 
 def read_sources(path, tokenizer, limit: int, seed: int | None = None) -> list:

@@ -26,7 +26,7 @@ import itertools
 from typing import NamedTuple
 
 import torch
-from _common import add_demo_pair_arguments, load_demo_pair, read_sources
+from _common import add_demo_pair_arguments, load_demo_pair, read_sources, split_targets, teacher_forced_drafts
 from transformers import AutoTokenizer
 
 from specdec_hf import SpecDrafterAdapter, SpecDrafterModel, enable_speculative_decoding
@@ -99,36 +99,11 @@ def score_splits(verifier, drafter: SpecDrafterModel, inputs: dict, num_draft_to
     )
     output = generated.sequences
     length = output.shape[1]
-    layers = drafter.config.verifier_state_layers
-    # one teacher-forced verifier pass: its probabilities, and its decoder states for a drafter that reads them
-    encoder_states = verifier.get_encoder()(**inputs).last_hidden_state
-    teacher_forced = verifier(
-        encoder_outputs=(encoder_states,),
-        attention_mask=inputs.get("attention_mask"),
-        decoder_input_ids=output,
-        output_hidden_states=bool(layers),
-        use_cache=False,
-    )
-    states = None
-    if layers:
-        states = torch.cat([teacher_forced.decoder_hidden_states[index] for index in layers], dim=-1)
-    split_lengths = torch.arange(1, length)
-    # the drafter casts the verifier's states to its dtype itself
-    logits = drafter(
-        input_ids=None if drafter.encoder is None else inputs["input_ids"],
-        attention_mask=inputs.get("attention_mask"),
-        encoder_hidden_states=encoder_states if drafter.encoder is None else None,
-        decoder_input_ids=output,
-        verifier_states=states,
-        split_lengths=split_lengths,
-        num_draft_tokens=num_draft_tokens,
-    ).logits[0]  # (num_splits, k, head_size)
-    drafts = drafter.from_draft_vocab(logits.argmax(-1))
-    targets = torch.full_like(drafts, -1)  # positions past the output's end: never right
-    for slot in range(num_draft_tokens):
-        positions = split_lengths + slot
-        inside = positions < length
-        targets[inside, slot] = output[0, positions[inside]]
+    # one teacher-forced verifier pass (its probabilities, and its decoder states for a drafter that reads them) and
+    # the drafter at every split point
+    teacher_forced, logits = teacher_forced_drafts(verifier, drafter, inputs, output, num_draft_tokens)
+    drafts = drafter.from_draft_vocab(logits.argmax(-1))  # (num_splits, k)
+    targets = split_targets(output, num_draft_tokens).to(drafts.device)
     runs = count_accepted(drafts == targets)
     # a call's prefix is committed and the iteration adds at least its bonus token: every call lies inside the output
     assert all(prefix_length < length for prefix_length, _ in adapter.calls), (adapter.calls, length)

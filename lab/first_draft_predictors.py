@@ -22,7 +22,13 @@ import argparse
 import torch
 from transformers import AutoTokenizer
 
-from benchmarks._common import GREEDY_KWARGS, add_demo_pair_arguments, load_demo_pair, read_sources
+from benchmarks._common import (
+    GREEDY_KWARGS,
+    add_demo_pair_arguments,
+    load_demo_pair,
+    read_sources,
+    teacher_forced_drafts,
+)
 
 SIGNALS = (
     "the verifier's probability of the last token",
@@ -39,26 +45,9 @@ def split_signals(verifier, drafter, inputs: dict) -> tuple[torch.Tensor, torch.
     first-slot confidence `(splits,)` and whether its first draft is right `(splits,)`."""
     output = verifier.generate(**inputs, **GREEDY_KWARGS)
     length = output.shape[1]
-    encoder_states = verifier.get_encoder()(**inputs).last_hidden_state
-    layers = drafter.config.verifier_state_layers
-    teacher_forced = verifier(
-        encoder_outputs=(encoder_states,),
-        attention_mask=inputs.get("attention_mask"),
-        decoder_input_ids=output,
-        output_hidden_states=bool(layers),
-        use_cache=False,
-    )
-    states = torch.cat([teacher_forced.decoder_hidden_states[i] for i in layers], dim=-1) if layers else None
     # split s (a prefix of s + 1 tokens) drafts output[s + 1] first
-    logits = drafter(
-        input_ids=None if drafter.encoder is None else inputs["input_ids"],
-        attention_mask=inputs.get("attention_mask"),
-        encoder_hidden_states=encoder_states if drafter.encoder is None else None,
-        decoder_input_ids=output,
-        verifier_states=states,
-        split_lengths=torch.arange(1, length),
-        num_draft_tokens=1,
-    ).logits[0, :, 0]
+    teacher_forced, logits = teacher_forced_drafts(verifier, drafter, inputs, output, 1)
+    logits = logits[:, 0]
     drafter_confidence, choice = logits.float().softmax(-1).max(-1)
     right = (drafter.from_draft_vocab(choice) == output[0, 1:]).float()
     # the verifier's distribution of output[t + 1] is probabilities[t]: split s's last token came from row s - 1

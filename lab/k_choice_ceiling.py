@@ -34,7 +34,14 @@ from collections.abc import Callable, Sequence
 import torch
 from transformers import AutoTokenizer
 
-from benchmarks._common import GREEDY_KWARGS, add_demo_pair_arguments, load_demo_pair, read_sources
+from benchmarks._common import (
+    GREEDY_KWARGS,
+    add_demo_pair_arguments,
+    load_demo_pair,
+    read_sources,
+    split_targets,
+    teacher_forced_drafts,
+)
 from specdec_hf import prepack_where_faster, speculative_generate
 from specdec_hf.generation import draft_length
 
@@ -67,33 +74,10 @@ def score_source(verifier, drafter, inputs: dict, slots: int) -> Splits:
     """Decode `inputs` greedily and score the drafter's `slots` slots at every split point of the output."""
     output = verifier.generate(**inputs, **GREEDY_KWARGS)
     length = output.shape[1]
-    encoder_states = verifier.get_encoder()(**inputs).last_hidden_state
-    layers = drafter.config.verifier_state_layers
-    teacher_forced = verifier(
-        encoder_outputs=(encoder_states,),
-        attention_mask=inputs.get("attention_mask"),
-        decoder_input_ids=output,
-        output_hidden_states=bool(layers),
-        use_cache=False,
-    )
-    states = torch.cat([teacher_forced.decoder_hidden_states[i] for i in layers], dim=-1) if layers else None
-    split_lengths = torch.arange(1, length)
-    logits = drafter(
-        input_ids=None if drafter.encoder is None else inputs["input_ids"],
-        attention_mask=inputs.get("attention_mask"),
-        encoder_hidden_states=encoder_states if drafter.encoder is None else None,
-        decoder_input_ids=output,
-        verifier_states=states,
-        split_lengths=split_lengths,
-        num_draft_tokens=slots,
-    ).logits[0]
+    teacher_forced, logits = teacher_forced_drafts(verifier, drafter, inputs, output, slots)
     confidence, choice = logits.float().softmax(-1).max(-1)
     drafts = drafter.from_draft_vocab(choice)
-    targets = torch.full_like(drafts, -1)  # past the output's end: never right
-    for slot in range(slots):
-        positions = split_lengths + slot
-        inside = positions < length
-        targets[inside, slot] = output[0, positions[inside]]
+    targets = split_targets(output, slots).to(drafts.device)
     # the verifier's probability of each output token after the start token, from the position before it
     emitted = teacher_forced.logits[0, :-1].float().softmax(-1).gather(1, output[0, 1:, None]).squeeze(1)
     verifier_confidence = [1.0, *emitted.tolist()][: length - 1]
