@@ -1,4 +1,6 @@
-"""What the benchmarks share: a header naming the run and the machine, and `median (min–max)` figures.
+"""What the benchmarks and the lab scripts (`lab/`, which import this module) share: a header naming the run and the
+machine, `median (min–max)` figures, the demo pair and its sources, and the drafter teacher-forced at every split
+point of an output.
 
 Figures that are compared (greedy vs speculative, a drafter call vs a verifier step) are measured in one process,
 interleaved in a rotating order, with `specdec_hf.evaluation.interleaved` (the scheme of `evaluate.py`): a machine's
@@ -105,7 +107,8 @@ class TimedCall:
 
 def teacher_forced_drafts(verifier, drafter, inputs: dict, output: torch.LongTensor, num_draft_tokens: int):
     """One teacher-forced verifier pass over `output` and the drafter's logits at every split point of it (a prefix of
-    1, 2, ... `output.shape[1] - 1` tokens), as decoding would have called it there (batch size 1).
+    1, 2, ... `output.shape[1] - 1` tokens), as decoding would have called it there (batch size 1). `drafter` is a
+    [`SpecDrafterModel`] (not an adapter: its config and encoder are read).
 
     Returns:
         `(teacher_forced, logits)`: the verifier's `Seq2SeqLMOutput` (its decoder states included when the drafter
