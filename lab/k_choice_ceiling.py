@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import itertools
+import operator
 from collections.abc import Callable, Sequence
 
 import torch
@@ -44,6 +46,7 @@ from benchmarks._common import (
 )
 from specdec_hf import prepack_where_faster, speculative_generate
 from specdec_hf.generation import draft_length
+from specdec_hf.generation.draft_length import choose_draft_length
 
 # edges of the confidence buckets the acceptance table is fitted on
 EDGES = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98)
@@ -160,16 +163,13 @@ def fit_acceptance(sources: Sequence[Splits], slots: int) -> list[list[float]]:
 def confidence_rule(table: list[list[float]], costs: Sequence[float]) -> Callable[[Splits, int], int]:
     """k with the most expected tokens per second, the drafts' acceptance read from `table` by their confidence (k = 0
     costed as `replay` costs it once the drafter was called)."""
-    verify_none = costs[1] - (costs[2] - costs[1])
+    chosen_costs = _chosen_costs(costs, after_drafting=True)
 
     def rule(splits: Splits, split: int) -> int:
-        best_k, best_rate, expected, all_right = 0, 1.0 / verify_none, 1.0, 1.0
-        for k in range(1, len(costs)):
-            all_right *= table[k - 1][bisect.bisect_right(EDGES, splits.confidence[split][k - 1])]
-            expected += all_right
-            if expected / costs[k] > best_rate:
-                best_k, best_rate = k, expected / costs[k]
-        return best_k
+        confidences = splits.confidence[split][: len(costs) - 1]
+        right = [table[slot][bisect.bisect_right(EDGES, value)] for slot, value in enumerate(confidences)]
+        all_right = list(itertools.accumulate(right, operator.mul))
+        return choose_draft_length(chosen_costs, all_right)
 
     return rule
 
@@ -224,14 +224,7 @@ def fit_by_verifier_confidence(sources: Sequence[Splits], slots: int) -> list[li
 def by_verifier_confidence_rule(table: list[list[float]], costs: Sequence[float]) -> Callable[[Splits, int], int]:
     """The k with the most expected tokens per second for the bucket of the verifier's confidence in the prefix's
     last token (known before the drafter's call: k = 0 skips it)."""
-    choices = []
-    for acceptance in table:
-        rates = [1.0 / costs[0]]
-        expected = 1.0
-        for k in range(1, len(costs)):
-            expected += acceptance[k - 1]
-            rates.append(expected / costs[k])
-        choices.append(max(range(len(costs)), key=rates.__getitem__))
+    choices = [choose_draft_length(costs, acceptance) for acceptance in table]
     return lambda splits, split: choices[bisect.bisect_right(EDGES, splits.verifier_confidence[split])]
 
 

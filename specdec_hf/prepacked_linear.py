@@ -400,12 +400,11 @@ class PrepackedLinear(nn.Linear):
             return False
         if weight.device.type != "cpu" or weight.is_inference() or weight.numel() == 0:
             return False  # inference tensors have no version counter to key the copy on; oneDNN rejects empty ones
+        # oneDNN reads the bias as `out_features` contiguous values: a broadcast or strided one is not
         if bias is not None and (
             bias.dtype != weight.dtype or bias.shape != weight.shape[:1] or not bias.is_contiguous()
         ):
-            return (
-                False  # oneDNN reads the bias as `out_features` contiguous values: a broadcast or strided one is not
-            )
+            return False
         if torch.is_grad_enabled() and (
             weight.requires_grad or input.requires_grad or (bias is not None and bias.requires_grad)
         ):
