@@ -26,12 +26,9 @@ sampling keeps its distribution whatever k is chosen.
 
 A whole call can skip the loop ([`DraftLengthSchedule.drafts_this_call`]) and decode with transformers' own
 greedy/sampling loop, exactly as `generate()` without a drafter would, skipping the drafter's set-up too. Which kind
-of call runs is decided by the calls themselves, each timed with all it costs around the verifier (a table of single
-iterations and a plain call's average do not compare alike). Every call of the kind not expected (a probe) is
-compared with the calls of the expected kind timed just before it, and once three probes were, the median of the
-latest ratios decides: readings taken at different times never meet, so calls slowed by a burst of other work on the
-machine do not decide after it. Until then the mean time per step of the latest calls of each kind decides, once
-three of each were timed; before that, the cost table: plain when even the best k is expected to give fewer tokens per
+of call runs is decided by the calls themselves once three of each were timed (the mean time per step of the latest
+ones, each kind with all it costs around the verifier: a table of single iterations and a plain call's average do
+not compare alike); before that, by the cost table: plain when even the best k is expected to give fewer tokens per
 second than a plain decoding step (the verifier's forward alone, with none of the loop's costs around it, until
 plain calls were timed). The kind not chosen still runs now and then, at growing intervals (a drafting call after 2,
 4, ... 32 plain calls, after 256 while the timed drafting calls are clearly slower, the latest one included; a plain
@@ -103,21 +100,17 @@ _SETTLED_NEIGHBOUR_INTERVAL = 20
 # whole calls decoded without drafting before one probes it; the interval doubles after each such probe
 _FIRST_CALL_PROBE_INTERVAL = 2
 _MAX_CALL_PROBE_INTERVAL = 32
-# ... and while the timed drafting calls are clearly slower per step than the plain ones (`_drafting_clearly_slower`:
-# the probes' ratios above 1 + `_CLEARLY_SLOWER_SHARE`; before three probes, the means apart by that share of the
-# plain mean and by `_CLEARLY_SLOWER_ERRORS` standard errors of the difference), this many: a drafting call at batch
-# 16 on a CPU takes ~1.4 times a plain one, and a probe every 32 calls cost ~1.3%
+# ... and while the timed drafting calls are clearly slower per step than the plain ones (their means apart by
+# `_CLEARLY_SLOWER_ERRORS` standard errors of the difference and by `_CLEARLY_SLOWER_SHARE` of the plain mean), this
+# many: a drafting call at batch 16 on a CPU takes ~1.4 times a plain one, and a probe every 32 calls cost ~1.3%
 _CLEARLY_SLOWER_PROBE_INTERVAL = 256
 _CLEARLY_SLOWER_ERRORS = 3.0
 _CLEARLY_SLOWER_SHARE = 0.1
 # drafting calls before one is decoded plainly, to keep plain decoding's cost measured; doubling likewise
 _FIRST_PLAIN_PROBE_INTERVAL = 8
 _MAX_PLAIN_PROBE_INTERVAL = 64
-# calls of each kind timed before their measured costs per step decide between them (and probes paired with the
-# other kind's calls before the ratios decide)
+# calls of each kind timed before their measured costs per step decide between them
 _MIN_TIMED_CALLS = 3
-# calls of the expected kind a probe is compared with: the latest before it (the median of their times per step)
-_PAIRED_CALLS = 3
 # iterations of a call that take the k last chosen before it is chosen again from the measurements (at once when the
 # cost table, a batch-width bucket, or the largest k allowed, `min(limit, max_draft_tokens)`, changes)
 _RECHOOSE_INTERVAL = 4
@@ -320,18 +313,6 @@ def _slope(values: Sequence[float]) -> float:
     return covariance / sum((index - mean_index) ** 2 for index in range(count))
 
 
-def _drafting_clearly_slower(choices: CallChoices) -> bool:
-    """Whether drafting calls are slower per step than plain ones by more than their noise explains: once
-    `_MIN_TIMED_CALLS` probes were paired with the calls before them, the lower quartile of their ratios and the
-    latest ratio both above `1 + _CLEARLY_SLOWER_SHARE` (three in four probes, and the last, that much slower);
-    before that, `_clearly_slower` on the two kinds' latest calls."""
-    ratios = choices.probe_ratios
-    if len(ratios) >= _MIN_TIMED_CALLS:
-        threshold = 1 + _CLEARLY_SLOWER_SHARE
-        return ratios[-1] > threshold and _lower_quartile(ratios) > threshold
-    return _clearly_slower(choices.drafting_call_steps, choices.plain_call_steps)
-
-
 def _clearly_slower(slower: Sequence[float], faster: Sequence[float]) -> bool:
     """Whether the calls timed in `slower` (times per step) are slower than those in `faster` by more than their
     noise explains: at least `_MIN_TIMED_CALLS` of each, the means apart by `_CLEARLY_SLOWER_ERRORS` standard errors
@@ -367,17 +348,10 @@ class CallChoices:
         drafting_call_steps (`deque[float]`): The time per step of the latest drafting calls (the drafter's set-up and
             the loop, per step of output). Both are kept per rule: what drafts are worth depends on it, and sampling's
             plain steps cost more than greedy's.
-        probe_ratios (`deque[float]`): Per probe (a call of the kind not expected), a drafting call's time per step
-            over a plain call's, the probe against the median of the expected kind's latest calls before it
-            (`_PAIRED_CALLS`, since the previous probe).
-        expected_since_probe (`list[float]`): The time per step of the expected kind's calls since the last probe
-            (the latest `_PAIRED_CALLS`).
     """
 
     plain_call_steps: deque = field(default_factory=lambda: deque(maxlen=_RECENT_CALLS))
     drafting_call_steps: deque = field(default_factory=lambda: deque(maxlen=_RECENT_CALLS))
-    probe_ratios: deque = field(default_factory=lambda: deque(maxlen=_RECENT_CALLS))
-    expected_since_probe: list = field(default_factory=list)
     drafting_expected: bool | None = None
     since_probe: int = 0
     probe_interval: int = _FIRST_CALL_PROBE_INTERVAL
@@ -430,8 +404,6 @@ class DraftLengthSchedule:
         self._table: IterationCostTable | None = None
         # this call's choices of its width (None: no table at its start, the call calibrates it)
         self._call_choices_now: CallChoices | None = None
-        # whether this call runs the kind not expected (a probe)
-        self._call_is_probe = False
         self._call_started: float | None = None
         self._calibrated_in_call = False
         self._plain_streak = 0
@@ -454,17 +426,14 @@ class DraftLengthSchedule:
     def drafts_this_call(self, rows: int) -> bool:
         """Whether a call of `rows` rows runs the speculative loop at all, or decodes plainly (no drafter).
 
-        Once this batch width's cost table exists, the faster kind of call is expected from the calls themselves:
-        once `_MIN_TIMED_CALLS` probes were paired with the calls before them, from the median of the latest
-        ratios of a drafting call's time per step to a plain call's (`CallChoices.probe_ratios`); before that, when
-        at least `_MIN_TIMED_CALLS` of each kind were timed, from the means of the latest ones' times per step (both
+        Once this batch width's cost table exists, the faster kind of call is expected from the calls themselves
+        when at least `_MIN_TIMED_CALLS` of each were timed (the means of the latest ones' times per step: both
         measured alike, each with all it costs around the verifier); before that, from the cost table: drafting when
         some k ≥ 1 is expected to beat a plain step (as plain calls measured it, [`observe_plain_call`]; before any,
         the verifier's forward alone). The other kind runs now and then so that both stay measured: a drafting call
         after 2, 4, ... 32 plain calls, a plain call after 8, 16, ... 64 drafting calls (the interval doubles after
         each probe, for plain calls once three were timed, and starts over when the expected kind changes); while
-        the timed drafting calls are clearly slower per step than the plain ones (`_drafting_clearly_slower`: three
-        in four of the latest probes' ratios and the last a tenth slower; before three probes, the two kinds' means
+        the timed drafting calls are clearly slower per step than the plain ones (`_clearly_slower`: their means
         three standard errors and a tenth apart, the latest drafting call a tenth slower too), a drafting call only
         after 256 plain ones.
         """
@@ -476,13 +445,11 @@ class DraftLengthSchedule:
         choices = self._call_choices.setdefault(key, CallChoices())
         self._call_choices_now = choices
         drafting = self._drafting_expected_faster(table, choices)
-        self._call_is_probe = False
         if drafting != choices.drafting_expected:
             choices.drafting_expected, choices.since_probe = drafting, 0
             choices.probe_interval = _FIRST_CALL_PROBE_INTERVAL if not drafting else _FIRST_PLAIN_PROBE_INTERVAL
-            choices.expected_since_probe.clear()  # calls of the other kind: not what the next probe is compared with
         interval = choices.probe_interval
-        if not drafting and _drafting_clearly_slower(choices):
+        if not drafting and _clearly_slower(choices.drafting_call_steps, choices.plain_call_steps):
             interval = max(interval, _CLEARLY_SLOWER_PROBE_INTERVAL)
         if choices.since_probe >= interval:
             choices.since_probe = 0
@@ -491,17 +458,12 @@ class DraftLengthSchedule:
             if not drafting or len(choices.plain_call_steps) + 1 >= _MIN_TIMED_CALLS:
                 limit = _MAX_PLAIN_PROBE_INTERVAL if drafting else _MAX_CALL_PROBE_INTERVAL
                 choices.probe_interval = min(2 * choices.probe_interval, limit)
-            self._call_is_probe = True
             return not drafting
         choices.since_probe += 1
         return drafting
 
     def _drafting_expected_faster(self, table: IterationCostTable, choices: CallChoices) -> bool:
         """Whether a drafting call is expected to take less time per step than a plain one (see `drafts_this_call`)."""
-        if len(choices.probe_ratios) >= _MIN_TIMED_CALLS:
-            # each ratio compares calls timed moments apart: a burst of other work slows both sides of the few it
-            # overlaps, and the median leaves out those it slowed on one side only
-            return statistics.median(choices.probe_ratios) < 1.0
         plain, drafting = choices.plain_call_steps, choices.drafting_call_steps
         if len(plain) >= _MIN_TIMED_CALLS and len(drafting) >= _MIN_TIMED_CALLS:
             # means, not lower quartiles: a drafting call's time per step also varies with how well its drafts did,
@@ -525,9 +487,7 @@ class DraftLengthSchedule:
         """End the timing of a plain call of `steps` decoding steps (its output is on the host or waited for)."""
         synchronize(self.device)
         if steps > 0:
-            seconds = (_clock() - self._started) / steps
-            self._call_choices_now.plain_call_steps.append(seconds)
-            self._pair_with_probes(seconds, drafting=False)
+            self._call_choices_now.plain_call_steps.append((_clock() - self._started) / steps)
 
     def start_drafting_call(self) -> None:
         """Start timing a call that drafts (after `drafts_this_call` said so), before the drafter's set-up."""
@@ -540,24 +500,7 @@ class DraftLengthSchedule:
         at a smaller width once rows finished)."""
         synchronize(self.device)
         if steps > 0 and self._call_choices_now is not None and not self._calibrated_in_call:
-            seconds = (_clock() - self._call_started) / steps
-            self._call_choices_now.drafting_call_steps.append(seconds)
-            self._pair_with_probes(seconds, drafting=True)
-
-    def _pair_with_probes(self, seconds: float, drafting: bool) -> None:
-        """Keep a timed call of the expected kind for the next probe; for a probe, record its ratio to the median of
-        the expected kind's latest calls (`_PAIRED_CALLS`, since the previous probe), as a drafting call's time per
-        step over a plain one's, and start the expected kind's calls over."""
-        choices = self._call_choices_now
-        before = choices.expected_since_probe
-        if not self._call_is_probe:
-            before.append(seconds)
-            del before[:-_PAIRED_CALLS]
-            return
-        if before:
-            reference = statistics.median(before)
-            choices.probe_ratios.append(seconds / reference if drafting else reference / seconds)
-        before.clear()
+            self._call_choices_now.drafting_call_steps.append((_clock() - self._call_started) / steps)
 
     def table_for(self, rows: int, measure: Callable[[int], float]) -> IterationCostTable:
         """The cost table of this batch width, calibrated now with `measure(w)` (seconds of one verifier forward

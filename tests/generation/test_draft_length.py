@@ -3,8 +3,6 @@ verifier step, and the choice a deterministic function of the cost table and the
 
 from __future__ import annotations
 
-import statistics
-
 import pytest
 import torch
 from conftest import VOCAB_SIZE, StepClock, build_verifier, generate_with_drafter, make_source_batch
@@ -420,59 +418,6 @@ def test_timed_calls_of_both_kinds_decide_over_the_cost_table():
     decisions = [fresh.drafts_this_call(1) for _ in range(27)]
     # the table says draft: a plain call after every 8 until three plain calls were timed (none is, here)
     assert decisions == ([True] * 8 + [False]) * 3
-
-
-class _Key:
-    """A weakly referable stand-in for a verifier or a drafter: the process keeps its measurements across calls."""
-
-
-def _decode_calls(clock, keys, count: int, plain_step: float, drafting_step: float, steps: int = 10) -> str:
-    """`count` calls through the schedule as `generate()` makes them (a new schedule per call, the process's
-    measurements shared), plain calls costing `plain_step` per step and drafting ones `drafting_step` on the test
-    clock; the calls' kinds, `D` drafting and `.` plain."""
-    kinds = ""
-    for _ in range(count):
-        schedule = DraftLengthSchedule(keys[0], keys[1], 2, (1, 0.0, False), torch.device("cpu"))
-        if schedule.drafts_this_call(16):
-            schedule.start_drafting_call()
-            clock.spend(drafting_step * steps - 1)  # the clock adds one unit per reading
-            schedule.observe_drafting_call(steps)
-            kinds += "D"
-        else:
-            schedule.start_plain_call()
-            clock.spend(plain_step * steps - 1)
-            schedule.observe_plain_call(steps)
-            kinds += "."
-    return kinds
-
-
-@pytest.mark.parametrize(
-    ("plain_step", "drafting_step", "acceptance", "rare"),
-    [
-        (1.0, 1.4, [0] * 50, "D"),  # drafting slower (batch 16 on a CPU): the burst slows mostly plain calls
-        (1.0, 0.8, [2] * 500, "."),  # drafting faster (batch 1): the burst slows mostly drafting calls
-    ],
-)
-def test_calls_slowed_by_a_burst_of_other_work_do_not_decide_after_it(
-    clock, plain_step, drafting_step, acceptance, rare
-):
-    """Other work slows every call tenfold for 15 calls, nearly all of them of the expected kind. Averaged with the
-    calls before it, the slowed calls would make the other kind look faster for hundreds of calls (its calls, run
-    only as probes, refresh its readings slowly); each probe is compared with the calls just before it instead, so
-    the faster kind goes on once the burst is over, and the other runs only as a probe."""
-    keys = (_Key(), _Key())
-    first = DraftLengthSchedule(keys[0], keys[1], 2, (1, 0.0, False), torch.device("cpu"))
-    first._tables[(16, "cpu", 2)] = IterationCostTable([1.0, 1.1, 1.2])
-    first.acceptance.update(2, acceptance)  # what the table expects before calls are timed
-    before = _decode_calls(clock, keys, 40, plain_step, drafting_step)
-    during = _decode_calls(clock, keys, 15, 10 * plain_step, 10 * drafting_step)
-    choices = first._call_choices[(16, "cpu", 2)]
-    assert during.count(rare) <= 1
-    # the latest calls' means now point to the slower kind
-    means_say_drafting = statistics.fmean(choices.drafting_call_steps) < statistics.fmean(choices.plain_call_steps)
-    assert means_say_drafting == (rare == "D")
-    after = _decode_calls(clock, keys, 200, plain_step, drafting_step)
-    assert after.count(rare) <= 6, (before, during, after)
 
 
 def test_drafting_calls_clearly_slower_than_plain_ones_are_probed_rarely():
