@@ -193,7 +193,12 @@ def add_demo_pair_arguments(parser, limit: int, num_draft_tokens: int, allow_aut
     )
     parser.add_argument("--limit", type=int, default=limit, help="Sentences (the first N rows).")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="The verifier's.")
-    parser.add_argument("--drafter_dtype", default="bfloat16", choices=["float32", "bfloat16"])
+    parser.add_argument(
+        "--drafter_dtype",
+        default="float32",
+        choices=["float32", "bfloat16"],
+        help="The drafter's (float32: as the main job loads it).",
+    )
     parser.add_argument("--num_draft_tokens", type=_int_or_auto if allow_auto else int, default=num_draft_tokens)
 
 

@@ -120,7 +120,6 @@ def main() -> None:
         verifier="models/demo-sum/verifier",
         drafter="models/demo-sum/drafter",
         data="models/demo-sum/heldout_validation.jsonl",
-        drafter_dtype="float32",
     )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)

@@ -12,8 +12,7 @@ The timers and hooks add a few microseconds per stage to the speculative runs, n
     python -m lab.loop_stage_times --verifier models/demo-sum/verifier --drafter source_copy \
         --data models/demo-sum/heldout_validation.jsonl --num_draft_tokens auto --max_new_tokens 40
 
-`--drafter source_copy` drafts with `SourceCopyDrafter` alone; the drafter is loaded in float32 unless
-`--drafter_dtype` says otherwise (the main job's dtype).
+`--drafter source_copy` drafts with `SourceCopyDrafter` alone.
 """
 
 from __future__ import annotations
@@ -95,7 +94,6 @@ class StageTimes:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_demo_pair_arguments(parser, limit=40, num_draft_tokens=3, allow_auto=True)
-    parser.set_defaults(drafter_dtype="float32")  # as the main job loads it
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--max_new_tokens", type=int, default=96)
