@@ -176,15 +176,13 @@ def _source_text(example: dict) -> str:
     raise ValueError(f"a row with neither `translation` nor `document`: keys {sorted(example)}")
 
 
-def add_demo_pair_arguments(parser, limit: int, num_draft_tokens: int, allow_auto: bool = False) -> None:
+def add_demo_pair_arguments(parser, limit: int, num_draft_tokens: int) -> None:
     """The arguments of the benchmarks that decode demo sentences: the pair, the sentences, the dtypes and k.
 
     Args:
         parser (`argparse.ArgumentParser`): Gains `--verifier`, `--drafter`, `--data`, `--limit`, `--dtype` (the
             verifier's), `--drafter_dtype` and `--num_draft_tokens`.
         limit (`int`), num_draft_tokens (`int`): The benchmark's defaults for `--limit` and `--num_draft_tokens`.
-        allow_auto (`bool`, *optional*, defaults to `False`): `--num_draft_tokens` also takes `"auto"` (k chosen as
-            decoding runs).
     """
     parser.add_argument("--verifier", default="models/demo-en-de/verifier")
     parser.add_argument("--drafter", default="models/demo-en-de/drafter")
@@ -199,11 +197,7 @@ def add_demo_pair_arguments(parser, limit: int, num_draft_tokens: int, allow_aut
         choices=["float32", "bfloat16"],
         help="The drafter's (float32: as the main job loads it).",
     )
-    parser.add_argument("--num_draft_tokens", type=_int_or_auto if allow_auto else int, default=num_draft_tokens)
-
-
-def _int_or_auto(text: str) -> int | str:
-    return text if text == "auto" else int(text)
+    parser.add_argument("--num_draft_tokens", type=int, default=num_draft_tokens)
 
 
 def load_demo_pair(args, prepack: bool, attn_implementation: str | None = None):

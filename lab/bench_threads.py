@@ -34,8 +34,9 @@ def main() -> None:
     add_demo_pair_arguments(parser, limit=60, num_draft_tokens=4)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--repeats", type=int, default=4)
-    parser.add_argument("--plain", action="store_true", help="Without prepack_linear_layers.")
-    parser.add_argument(
+    kernel_options = parser.add_mutually_exclusive_group()
+    kernel_options.add_argument("--plain", action="store_true", help="Without prepack_linear_layers.")
+    kernel_options.add_argument(
         "--prepack_where_faster", action="store_true", help="A pair per thread count, its kernels chosen under it."
     )
     args = parser.parse_args()

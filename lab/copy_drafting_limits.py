@@ -1,11 +1,12 @@
 """What limits the source-copy drafter on the summarization pair: how often its copies are right, what a wider
 verification costs, and the loop with and without its drafts against greedy.
 
-1. **Copies against the greedy output**: at every position of each row's greedy output, the continuation
-   `SourceNgramIndex` finds for the prefix (the longest n-gram, up to 4, that ends it and occurs in the source),
-   and how many of its tokens the greedy output goes on with; by the size of the n-gram matched.
-2. **The verifier's forward by width**: its own decoder forward (LM head included) of w new tokens over a 16-token
-   cache of a real row, w = 1..9, interleaved rounds, on the kernels `prepack_where_faster` chose in this process.
+1. **Copies against the greedy output**: at every position of each row's greedy output, the continuation the
+   source-copy drafter (`SourceCopyDrafter`'s defaults: the longest n-gram of the prefix, 3 down to 1, found in the
+   source) proposes, and how many of its tokens the greedy output goes on with; by the size of the n-gram matched.
+2. **The verifier's forward by width**: its own decoder forward (LM head included) of w new tokens over a cache of
+   16 decoder-start tokens, on a real row's encoder output, w = 1..9, interleaved rounds, on the kernels
+   `prepack_where_faster` chose in this process.
 3. **Interleaved decoding** (every row through every setting in a rotating order): greedy; the copy at k chosen as
    decoding runs; the copy at a fixed k; and the loop with a drafter that never proposes (every iteration a plain
    verifier step inside the loop: what the loop costs around a greedy step).
@@ -21,15 +22,17 @@ import statistics
 import time
 
 import torch
-from transformers import AutoTokenizer, DynamicCache, EncoderDecoderCache
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DynamicCache, EncoderDecoderCache
 
-from benchmarks._common import add_demo_pair_arguments, load_demo_pair, print_header, read_sources, with_range
+from benchmarks._common import print_header, read_sources, with_range
 from specdec_hf import SourceCopyDrafter, prepack_where_faster, speculative_generate
 from specdec_hf.drafters.source_copy import SourceNgramIndex
 from specdec_hf.drafting import Drafter, DraftProposal
 from specdec_hf.evaluation.interleaved import interleave, paired_speedups
 
-MAX_NGRAM = 4
+# the longest n-gram the drafter matches (its default), and the tokens it copies at most
+MAX_NGRAM = SourceCopyDrafter(vocab_size=1).max_ngram_size
+COPIED = 8
 
 
 class NoDrafts(Drafter):
@@ -64,7 +67,7 @@ def copy_accuracy(verifier, sources, max_new_tokens: int) -> None:
         for end in range(1, len(output)):
             positions += 1
             for size in range(MAX_NGRAM, 0, -1):
-                copied = indexes[size].continuation(output[:end], 8)
+                copied = indexes[size].continuation(output[:end], COPIED)
                 if copied:
                     right = 0
                     for drafted, emitted in zip(copied, output[end:], strict=False):
@@ -115,19 +118,18 @@ def forward_by_width(verifier, source, widths: range, rounds: int = 9, calls: in
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_demo_pair_arguments(parser, limit=100, num_draft_tokens=4)
-    parser.set_defaults(
-        verifier="models/demo-sum/verifier",
-        drafter="models/demo-sum/drafter",
-        data="models/demo-sum/heldout_validation.jsonl",
-    )
+    parser.add_argument("--verifier", default="models/demo-sum/verifier")
+    parser.add_argument("--data", default="models/demo-sum/heldout_validation.jsonl", help="JSON lines with document")
+    parser.add_argument("--limit", type=int, default=100, help="Rows (the first N).")
+    parser.add_argument("--num_draft_tokens", type=int, default=4, help="The fixed k of the copy's second setting.")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--max_new_tokens", type=int, default=40)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print_header(args.repeats)
-    verifier, _ = load_demo_pair(args, prepack=False)
+    verifier = AutoModelForSeq2SeqLM.from_pretrained(args.verifier, dtype=torch.float32).eval()  # as the main job
+    verifier.generation_config.max_length = None  # max_new_tokens decides
     with torch.inference_mode():
         print("verifier: " + "; ".join(choice.describe() for choice in prepack_where_faster(verifier)))
     sources = read_sources(args.data, AutoTokenizer.from_pretrained(args.verifier), args.limit)
