@@ -26,16 +26,13 @@ sampling keeps its distribution whatever k is chosen.
 
 A whole call can skip the loop ([`DraftLengthSchedule.drafts_this_call`]) and decode with transformers' own
 greedy/sampling loop, exactly as `generate()` without a drafter would, skipping the drafter's set-up too. Which kind
-of call runs is decided by the calls themselves once three of each were timed (the median time per step of the
-latest ones, each kind with all it costs around the verifier: a table of single iterations and a plain call's average
-do not compare alike); before that, by the cost table: plain when even the best k is expected to give fewer tokens per
+of call runs is decided by the calls themselves once three of each were timed (the mean time per step of the latest
+ones, each kind with all it costs around the verifier: a table of single iterations and a plain call's average do
+not compare alike); before that, by the cost table: plain when even the best k is expected to give fewer tokens per
 second than a plain decoding step (the verifier's forward alone, with none of the loop's costs around it, until
 plain calls were timed). The kind not chosen still runs now and then, at growing intervals (a drafting call after 2,
 4, ... 32 plain calls, after 256 while the timed drafting calls are clearly slower, the latest one included; a plain
-call after 8, 16, ... 64 drafting calls, every 8 until three were timed), so that both stay measured. When the
-expected kind's calls become several times slower or faster per step at once (other work loading the machine, or
-ending), the other kind's older readings no longer compare: they are dropped, and the other kind is timed again
-three times before the choice is made anew. The loop's own
+call after 8, 16, ... 64 drafting calls, every 8 until three were timed), so that both stay measured. The loop's own
 k = 0 iterations cannot stand in for plain calls: at batch > 1 they still re-feed the rows that advanced unevenly.
 Since the measurements are the machine's, the sequence of k is not reproducible from run to run: a seeded sampling
 run draws other numbers, and the relaxed rule (β > 1), whose output depends on k, can write another output. The
@@ -114,11 +111,6 @@ _FIRST_PLAIN_PROBE_INTERVAL = 8
 _MAX_PLAIN_PROBE_INTERVAL = 64
 # calls of each kind timed before their measured costs per step decide between them
 _MIN_TIMED_CALLS = 3
-# the expected kind's level: the median time per step of its latest calls, and the factor by which it must move for
-# the other kind's readings to be dropped and taken again. Other work on a 2-core machine slowed calls 5-6 fold
-# (docs/RESULTS.md); calls of one kind differ call to call by the rows' lengths, less than threefold in three calls
-_LEVEL_CALLS = 3
-_LEVEL_CHANGE = 3.0
 # iterations of a call that take the k last chosen before it is chosen again from the measurements (at once when the
 # cost table, a batch-width bucket, or the largest k allowed, `min(limit, max_draft_tokens)`, changes)
 _RECHOOSE_INTERVAL = 4
@@ -356,12 +348,6 @@ class CallChoices:
         drafting_call_steps (`deque[float]`): The time per step of the latest drafting calls (the drafter's set-up and
             the loop, per step of output). Both are kept per rule: what drafts are worth depends on it, and sampling's
             plain steps cost more than greedy's.
-        expected_recent (`list[float]`): The time per step of the expected kind's latest calls (`_LEVEL_CALLS`,
-            since it became the expected kind).
-        expected_level (`float`, *optional*): Their median when the other kind's readings were last taken to
-            compare with it (`None` until `_LEVEL_CALLS` calls were timed).
-        probes_owed (`int`): Calls of the other kind to run before the next choice, after the expected kind's level
-            moved.
     """
 
     plain_call_steps: deque = field(default_factory=lambda: deque(maxlen=_RECENT_CALLS))
@@ -369,50 +355,6 @@ class CallChoices:
     drafting_expected: bool | None = None
     since_probe: int = 0
     probe_interval: int = _FIRST_CALL_PROBE_INTERVAL
-    expected_recent: list = field(default_factory=list)
-    expected_level: float | None = None
-    probes_owed: int = 0
-
-    def record(self, seconds: float, drafting: bool) -> None:
-        """Keep a timed call's time per step; for a call of the expected kind, follow the kind's level (the median of
-        its latest `_LEVEL_CALLS`), and where it moved `_LEVEL_CHANGE` times or more from where it was, drop the other
-        kind's readings and owe `_MIN_TIMED_CALLS` calls of it."""
-        (self.drafting_call_steps if drafting else self.plain_call_steps).append(seconds)
-        if self.drafting_expected is None:
-            return
-        if drafting != self.drafting_expected:  # a probe
-            self.probes_owed = max(self.probes_owed - 1, 0)
-            return
-        recent = self.expected_recent
-        recent.append(seconds)
-        del recent[:-_LEVEL_CALLS]
-        if len(recent) < _LEVEL_CALLS:
-            return
-        level = statistics.median(recent)
-        if self.expected_level is None:
-            self.expected_level = level
-            return
-        if max(level / self.expected_level, self.expected_level / level) < _LEVEL_CHANGE:
-            return
-        # the machine's speed moved (other work started or ended; or the kind's own cost did): readings of the other
-        # kind taken before no longer compare with this kind's, nor this kind's own older ones
-        self.expected_level = level
-        expected, other = (
-            (self.drafting_call_steps, self.plain_call_steps)
-            if drafting
-            else (self.plain_call_steps, self.drafting_call_steps)
-        )
-        latest = list(expected)[-_LEVEL_CALLS:]
-        expected.clear()
-        expected.extend(latest)
-        other.clear()
-        self.probes_owed = _MIN_TIMED_CALLS
-
-    def start_expecting(self, drafting: bool) -> None:
-        """The expected kind changed to `drafting`: its level is followed from its next calls."""
-        self.drafting_expected = drafting
-        self.expected_recent.clear()
-        self.expected_level = None
 
 
 # per drafter and verifier (weakly held, so a deleted model takes its measurements with it): cost tables by (batch
@@ -485,7 +427,7 @@ class DraftLengthSchedule:
         """Whether a call of `rows` rows runs the speculative loop at all, or decodes plainly (no drafter).
 
         Once this batch width's cost table exists, the faster kind of call is expected from the calls themselves
-        when at least `_MIN_TIMED_CALLS` of each were timed (the medians of the latest ones' times per step: both
+        when at least `_MIN_TIMED_CALLS` of each were timed (the means of the latest ones' times per step: both
         measured alike, each with all it costs around the verifier); before that, from the cost table: drafting when
         some k ≥ 1 is expected to beat a plain step (as plain calls measured it, [`observe_plain_call`]; before any,
         the verifier's forward alone). The other kind runs now and then so that both stay measured: a drafting call
@@ -493,8 +435,7 @@ class DraftLengthSchedule:
         each probe, for plain calls once three were timed, and starts over when the expected kind changes); while
         the timed drafting calls are clearly slower per step than the plain ones (`_clearly_slower`: their means
         three standard errors and a tenth apart, the latest drafting call a tenth slower too), a drafting call only
-        after 256 plain ones. After the expected kind's level moved (`CallChoices.record`), the other kind runs until
-        it was timed `_MIN_TIMED_CALLS` times again.
+        after 256 plain ones.
         """
         key = self._table_key(rows)
         table = self._tables.get(key)
@@ -503,12 +444,9 @@ class DraftLengthSchedule:
         self._table = table
         choices = self._call_choices.setdefault(key, CallChoices())
         self._call_choices_now = choices
-        if choices.probes_owed:  # the expected kind's level moved: the other kind is timed again first
-            return not choices.drafting_expected
         drafting = self._drafting_expected_faster(table, choices)
         if drafting != choices.drafting_expected:
-            choices.start_expecting(drafting)
-            choices.since_probe = 0
+            choices.drafting_expected, choices.since_probe = drafting, 0
             choices.probe_interval = _FIRST_CALL_PROBE_INTERVAL if not drafting else _FIRST_PLAIN_PROBE_INTERVAL
         interval = choices.probe_interval
         if not drafting and _clearly_slower(choices.drafting_call_steps, choices.plain_call_steps):
@@ -528,13 +466,11 @@ class DraftLengthSchedule:
         """Whether a drafting call is expected to take less time per step than a plain one (see `drafts_this_call`)."""
         plain, drafting = choices.plain_call_steps, choices.drafting_call_steps
         if len(plain) >= _MIN_TIMED_CALLS and len(drafting) >= _MIN_TIMED_CALLS:
-            # medians: one call slowed by other work on the machine moved a mean enough to change the choice (and with
-            # it which kind's level `CallChoices.record` follows). Not lower quartiles: a drafting call's time per step
-            # also varies with how well its drafts did, so its lower quartile would stand for its luckiest calls. No
-            # margin for plain decoding: drafting calls vary more (a third and more per step) and are rare while plain
-            # decoding is expected, so a margin of one standard error kept a drafter that pays decoding plainly for a
-            # whole pass once (docs/RESULTS.md)
-            return statistics.median(drafting) < statistics.median(plain)
+            # means, not lower quartiles: a drafting call's time per step also varies with how well its drafts did,
+            # so its lower quartile would stand for its luckiest calls. No margin for plain decoding: drafting calls
+            # vary more (a third and more per step) and are rare while plain decoding is expected, so a margin of one
+            # standard error kept a drafter that pays decoding plainly for a whole pass once (docs/RESULTS.md)
+            return statistics.fmean(drafting) < statistics.fmean(plain)
         # a plain step as plain calls measured it (lower quartile), before any the verifier's forward alone
         # (optimistic for plain decoding: it wins every call drafting cannot clearly win)
         plain_step = _lower_quartile(plain)
@@ -551,7 +487,7 @@ class DraftLengthSchedule:
         """End the timing of a plain call of `steps` decoding steps (its output is on the host or waited for)."""
         synchronize(self.device)
         if steps > 0:
-            self._call_choices_now.record((_clock() - self._started) / steps, drafting=False)
+            self._call_choices_now.plain_call_steps.append((_clock() - self._started) / steps)
 
     def start_drafting_call(self) -> None:
         """Start timing a call that drafts (after `drafts_this_call` said so), before the drafter's set-up."""
@@ -564,7 +500,7 @@ class DraftLengthSchedule:
         at a smaller width once rows finished)."""
         synchronize(self.device)
         if steps > 0 and self._call_choices_now is not None and not self._calibrated_in_call:
-            self._call_choices_now.record((_clock() - self._call_started) / steps, drafting=True)
+            self._call_choices_now.drafting_call_steps.append((_clock() - self._call_started) / steps)
 
     def table_for(self, rows: int, measure: Callable[[int], float]) -> IterationCostTable:
         """The cost table of this batch width, calibrated now with `measure(w)` (seconds of one verifier forward
