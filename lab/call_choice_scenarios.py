@@ -1,0 +1,212 @@
+"""How `num_draft_tokens="auto"` chooses whole calls (the speculative loop or transformers' plain loop) under load
+bursts, noise, length-sorted inputs and real changes: the scenarios a rule for that choice must be checked against.
+
+Each scenario is a sequence of calls, each with the time per step a plain and a drafting call would take at that
+moment (a base cost per kind, times the machine's load, times per-call noise). A fake clock stands in for the
+machine's: the schedule (`DraftLengthSchedule.drafts_this_call`, `start_*_call`, `observe_*_call`, as `generate()`
+calls them, a new schedule per call sharing the process's measurements) is driven call by call, and each call costs
+what its scenario says. Reported per scenario: the time paid over the time of always running the kind whose base
+cost is lower (1.000 is the best a rule can do without knowing the future), and the calls of the other kind ("wrong
+calls"). Scenarios with randomness run several seeds and report the mean and the worst. No model is run: seconds.
+
+    python -m lab.call_choice_scenarios
+    python -m lab.call_choice_scenarios --compare /tmp/draft_length_candidate.py
+
+`--compare` loads another version of `specdec_hf/generation/draft_length.py` from a file and prints it beside the
+package's (a candidate rule, or an older revision: `git show <rev>:specdec_hf/generation/draft_length.py`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import math
+import random
+import statistics
+import sys
+from dataclasses import dataclass
+
+import torch
+
+from specdec_hf.generation import draft_length
+
+CPU = torch.device("cpu")
+RULE = (1, 0.0, False)
+STEPS = 10
+
+
+@dataclass
+class Call:
+    """One call's time per step for each kind, and which kind is the faster at base cost (without load or noise)."""
+
+    plain: float
+    drafting: float
+    drafting_faster: bool
+
+
+class Key:
+    """A weakly referable stand-in for a verifier or a drafter (the schedule keeps measurements per pair)."""
+
+
+class FakeClock:
+    """The schedule's clock: a reading returns the time spent so far on the scenario's calls."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def decode(module, calls: list[Call], expected_first: str, widths: tuple[int, ...] = (16,)) -> tuple[float, int]:
+    """Drive `module`'s schedule through `calls` (call i at batch width `widths[i % len(widths)]`, each width's cost
+    table present and its acceptance counts expecting `expected_first`). Returns the cost ratio and the wrong calls."""
+    clock = FakeClock()
+    module._clock = clock
+    module.clear_measurements()
+    keys = (Key(), Key())
+    seed = module.DraftLengthSchedule(keys[0], keys[1], 2, RULE, CPU)
+    for width in widths:
+        seed._tables[seed._table_key(width)] = module.IterationCostTable([1.0, 1.1, 1.2])
+    seed.acceptance.update(2, [0] * 50 if expected_first == "plain" else [2] * 500)
+    paid = best = 0.0
+    wrong = 0
+    for index, call in enumerate(calls):
+        schedule = module.DraftLengthSchedule(keys[0], keys[1], 2, RULE, CPU)
+        drafting = schedule.drafts_this_call(widths[index % len(widths)])
+        step = call.drafting if drafting else call.plain
+        if drafting:
+            schedule.start_drafting_call()
+            clock.now += step * STEPS
+            schedule.observe_drafting_call(STEPS)
+        else:
+            schedule.start_plain_call()
+            clock.now += step * STEPS
+            schedule.observe_plain_call(STEPS)
+        paid += step
+        best += call.drafting if call.drafting_faster else call.plain
+        wrong += drafting != call.drafting_faster
+    return paid / best, wrong
+
+
+def steady(n: int, drafting_over_plain: float, sigma: float, rng: random.Random, load: float = 1.0) -> list[Call]:
+    """`n` calls at fixed base costs (plain 1), under `load`, each kind's time drawn log-normally (`sigma`)."""
+    return [
+        Call(
+            load * math.exp(rng.gauss(0, sigma)),
+            load * drafting_over_plain * math.exp(rng.gauss(0, sigma)),
+            drafting_over_plain < 1,
+        )
+        for _ in range(n)
+    ]
+
+
+def scenarios() -> list[tuple[str, str, int, object]]:
+    """(name, the kind the table expects first, seeds, `make(rng) -> (calls, widths)`) per scenario."""
+    found = []
+
+    def add(name, expected_first, seeds, make):
+        found.append((name, expected_first, seeds, make))
+
+    for sigma in (0.1, 0.3, 0.5, 0.7):
+        for ratio in (0.85, 1.4):
+            expected = "drafting" if ratio < 1 else "plain"
+            add(f"noise σ {sigma}, drafting {ratio}", expected, 4, lambda r, s=sigma, q=ratio: steady(2000, q, s, r))
+    for ratio in (0.97, 1.03):
+        add(f"near parity σ 0.3, drafting {ratio}", "drafting", 4, lambda r, q=ratio: steady(2000, q, 0.3, r))
+    for length in (2, 3, 4, 15):
+        for ratio in (1.4, 0.8):
+            expected = "drafting" if ratio < 1 else "plain"
+
+            def burst(r, q=ratio, n=length):
+                return steady(40, q, 0.0, r) + steady(n, q, 0.0, r, load=10.0) + steady(300, q, 0.0, r)
+
+            add(f"one tenfold burst of {length} calls, drafting {ratio}", expected, 1, burst)
+    for mean_length, loaded_share in ((4, 0.1), (10, 0.1), (30, 0.2)):
+        for ratio in (1.4, 0.8):
+            expected = "drafting" if ratio < 1 else "plain"
+
+            def repeated(r, q=ratio, m=mean_length, share=loaded_share):
+                calls, loaded = [], False
+                end = 1 / m
+                start = end * share / (1 - share)
+                for _ in range(3000):
+                    loaded = (r.random() > end) if loaded else (r.random() < start)
+                    calls += steady(1, q, 0.0, r, load=r.uniform(3, 10) if loaded else 1.0)
+                return calls
+
+            add(f"random bursts (mean {mean_length} calls, 3-10x), drafting {ratio}", expected, 8, repeated)
+
+    def widths(r):
+        calls = steady(80, 1.4, 0.1, r) + steady(15, 1.4, 0.1, r, load=10.0) + steady(600, 1.4, 0.1, r)
+        return calls, (16, 8, 4, 2)
+
+    add("four batch widths in turn, one tenfold burst of 15 calls, drafting 1.4", "plain", 4, widths)
+    for spread in (1.5, 3.0):
+        for order in ("ascending", "descending"):
+            for ratio in (0.9, 1.1):
+                expected = "plain" if ratio < 1 else "drafting"  # the table expects the slower kind first
+
+                def sorted_passes(r, q=ratio, s=spread, o=order):
+                    growth = [s ** (position / 5) for position in range(6)]
+                    if o == "descending":
+                        growth.reverse()
+                    return [c for _ in range(300) for g in growth for c in steady(1, q, 0.3, r, load=g)]
+
+                add(
+                    f"length-sorted passes of 6 ({order}, {spread}x), σ 0.3, drafting {ratio}",
+                    expected,
+                    4,
+                    sorted_passes,
+                )
+    for after in (1.4, 2.5):
+
+        def lasting(r, q=after):
+            return steady(1000, 0.8, 0.1, r) + steady(1500, q, 0.1, r)
+
+        add(f"drafting 0.8 then {after} for good", "drafting", 4, lasting)
+
+    def drift(r):
+        return [c for i in range(2000) for c in steady(1, 0.8 + 0.6 * i / 1999, 0.1, r)]
+
+    add("drafting drifting from 0.8 to 1.4", "drafting", 4, drift)
+    return found
+
+
+def load_module(path: str):
+    """A draft_length.py from `path`, as a module of its own (its measurements apart from the package's)."""
+    name = "specdec_hf.generation.draft_length_compared"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--compare", help="Another draft_length.py, printed beside the package's.")
+    args = parser.parse_args()
+    rules = {"package": draft_length}
+    if args.compare:
+        rules["compared"] = load_module(args.compare)
+    header = " | ".join(f"{name}: cost (worst), wrong calls" for name in rules)
+    print(f"| scenario | {header} |")
+    print("|---|" + "---|" * len(rules))
+    for name, expected_first, seeds, make in scenarios():
+        cells = []
+        for module in rules.values():
+            costs, wrongs = [], []
+            for seed in range(seeds):
+                made = make(random.Random(seed))
+                calls, widths = made if isinstance(made, tuple) else (made, (16,))
+                cost, wrong = decode(module, calls, expected_first, widths)
+                costs.append(cost)
+                wrongs.append(wrong)
+            worst = f" ({max(costs):.3f})" if seeds > 1 else ""
+            cells.append(f"{statistics.fmean(costs):.3f}{worst}, {statistics.fmean(wrongs):.0f} of {len(calls)}")
+        print(f"| {name} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
