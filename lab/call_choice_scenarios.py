@@ -58,7 +58,7 @@ class FakeClock:
         return self.now
 
 
-def decode(module, calls: list[Call], expected_first: str, widths: tuple[int, ...] = (16,)) -> tuple[float, int]:
+def choose_calls(module, calls: list[Call], expected_first: str, widths: tuple[int, ...] = (16,)) -> tuple[float, int]:
     """Drive `module`'s schedule through `calls` (call i at batch width `widths[i % len(widths)]`, each width's cost
     table present and its acceptance counts expecting `expected_first`). Returns the cost ratio and the wrong calls."""
     clock = FakeClock()
@@ -200,7 +200,7 @@ def main() -> None:
             for seed in range(seeds):
                 made = make(random.Random(seed))
                 calls, widths = made if isinstance(made, tuple) else (made, (16,))
-                cost, wrong = decode(module, calls, expected_first, widths)
+                cost, wrong = choose_calls(module, calls, expected_first, widths)
                 costs.append(cost)
                 wrongs.append(wrong)
             worst = f" ({max(costs):.3f})" if seeds > 1 else ""

@@ -30,8 +30,7 @@ from specdec_hf.drafters.source_copy import SourceNgramIndex
 from specdec_hf.drafting import Drafter, DraftProposal
 from specdec_hf.evaluation.interleaved import interleave, paired_speedups
 
-# the longest n-gram the drafter matches (its default), and the tokens it copies at most
-MAX_NGRAM = SourceCopyDrafter(vocab_size=1).max_ngram_size
+# the tokens a copy proposes at most (the copy's largest k under "auto")
 COPIED = 8
 
 
@@ -56,17 +55,18 @@ class NoDrafts(Drafter):
         return state
 
 
-def copy_accuracy(verifier, sources, max_new_tokens: int) -> None:
-    """Part 1: per size of the longest n-gram matched, the positions, the first copied token right, tokens right."""
+def copy_accuracy(verifier, sources, max_new_tokens: int, max_ngram_size: int) -> None:
+    """Part 1: per size of the longest n-gram matched (up to the drafter's `max_ngram_size`), the positions, the
+    first copied token right, the copied tokens right."""
     matched = collections.defaultdict(lambda: [0, 0, 0])
     positions = 0
     for source in sources:
         output = verifier.generate(**source, do_sample=False, num_beams=1, max_new_tokens=max_new_tokens)[0].tolist()
         source_ids = source["input_ids"][0].tolist()
-        indexes = {size: SourceNgramIndex(source_ids, size, size) for size in range(1, MAX_NGRAM + 1)}
+        indexes = {size: SourceNgramIndex(source_ids, size, size) for size in range(1, max_ngram_size + 1)}
         for end in range(1, len(output)):
             positions += 1
-            for size in range(MAX_NGRAM, 0, -1):
+            for size in range(max_ngram_size, 0, -1):
                 copied = indexes[size].continuation(output[:end], COPIED)
                 if copied:
                     right = 0
@@ -134,9 +134,10 @@ def main() -> None:
         print("verifier: " + "; ".join(choice.describe() for choice in prepack_where_faster(verifier)))
     sources = read_sources(args.data, AutoTokenizer.from_pretrained(args.verifier), args.limit)
     vocab_size = verifier.config.vocab_size
+    copy = SourceCopyDrafter.from_verifier(verifier)  # its defaults: what part 1 measures and part 3 times
     settings = {
         "greedy": None,
-        "copy, k auto": (SourceCopyDrafter.from_verifier(verifier), "auto"),
+        "copy, k auto": (copy, "auto"),
         f"copy, k={args.num_draft_tokens}": (
             SourceCopyDrafter.from_verifier(verifier, num_draft_tokens=args.num_draft_tokens),
             args.num_draft_tokens,
@@ -158,7 +159,7 @@ def main() -> None:
         return seconds
 
     with torch.inference_mode():
-        copy_accuracy(verifier, sources, args.max_new_tokens)
+        copy_accuracy(verifier, sources, args.max_new_tokens, copy.max_ngram_size)
         forward_by_width(verifier, sources[0], range(1, 10))
         measures = {name: (lambda group, n=name: measure(n, group)) for name in settings}
         interleave(measures, num_groups=min(10, len(sources)), repeats=1, desc="warm-up", disable_tqdm=True)

@@ -108,14 +108,14 @@ def load(args):
     if args.drafter == "source_copy":
         verifier = AutoModelForSeq2SeqLM.from_pretrained(args.verifier, dtype=getattr(torch, args.dtype)).eval()
         verifier.generation_config.max_length = None
-        with torch.inference_mode():
-            print("verifier: " + "; ".join(choice.describe() for choice in prepack_where_faster(verifier)))
-        return verifier, SourceCopyDrafter.from_verifier(verifier)
-    verifier, drafter = load_demo_pair(args, prepack=False)
+        drafter = None
+    else:
+        verifier, drafter = load_demo_pair(args, prepack=False)
     with torch.inference_mode():
         print("verifier: " + "; ".join(choice.describe() for choice in prepack_where_faster(verifier)))
-        prepack_where_faster(drafter, runs_after=verifier)
-    return verifier, drafter
+        if drafter is not None:
+            prepack_where_faster(drafter, runs_after=verifier)
+    return verifier, drafter if drafter is not None else SourceCopyDrafter.from_verifier(verifier)
 
 
 def report(times: StageTimes, greedy_step: float, run_seconds: float) -> None:
