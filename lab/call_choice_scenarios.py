@@ -101,6 +101,20 @@ def steady(n: int, drafting_over_plain: float, sigma: float, rng: random.Random,
     ]
 
 
+def skewed(n: int, usual: float, slow: float, slow_share: float, sigma: float, rng: random.Random) -> list[Call]:
+    """`n` calls (plain 1) whose drafting calls take `usual` per step, or `slow` for a `slow_share` of them (calls
+    whose drafts are mostly rejected), each kind's time also drawn log-normally (`sigma`)."""
+    mean = (1 - slow_share) * usual + slow_share * slow
+    return [
+        Call(
+            math.exp(rng.gauss(0, sigma)),
+            (slow if rng.random() < slow_share else usual) * math.exp(rng.gauss(0, sigma)),
+            mean < 1,
+        )
+        for _ in range(n)
+    ]
+
+
 def scenarios() -> list[tuple[str, str, int, object]]:
     """(name, the kind the table expects first, seeds, `make(rng) -> (calls, widths)`) per scenario."""
     found = []
@@ -114,6 +128,15 @@ def scenarios() -> list[tuple[str, str, int, object]]:
             add(f"noise σ {sigma}, drafting {ratio}", expected, 4, lambda r, s=sigma, q=ratio: steady(2000, q, s, r))
     for ratio in (0.97, 1.03):
         add(f"near parity σ 0.3, drafting {ratio}", "drafting", 4, lambda r, q=ratio: steady(2000, q, 0.3, r))
+    for usual, slow, share in ((0.9, 1.6, 0.2), (0.85, 2.5, 0.15)):
+        mean = (1 - share) * usual + share * slow
+        for expected in ("plain", "drafting"):
+            add(
+                f"drafting {usual}, {slow} in {share:.0%} of calls (mean {mean:.2f}), σ 0.1, {expected} first",
+                expected,
+                4,
+                lambda r, u=usual, s=slow, q=share: skewed(2000, u, s, q, 0.1, r),
+            )
     for length in (2, 3, 4, 15):
         for ratio in (1.4, 0.8):
             expected = "drafting" if ratio < 1 else "plain"
@@ -136,6 +159,16 @@ def scenarios() -> list[tuple[str, str, int, object]]:
                 return calls
 
             add(f"random bursts (mean {mean_length} calls, 3-10x), drafting {ratio}", expected, 8, repeated)
+
+    for ratio in (1.4, 0.8):
+        expected = "drafting" if ratio < 1 else "plain"
+
+        def erratic(r, q=ratio):
+            calls = steady(100, q, 0.1, r)
+            calls += [c for _ in range(30) for c in steady(1, q, 0.7, r, load=r.uniform(3, 10))]
+            return calls + steady(300, q, 0.1, r)
+
+        add(f"one erratic burst of 30 calls (3-10x, σ 0.7), drafting {ratio}", expected, 8, erratic)
 
     def widths(r):
         calls = steady(80, 1.4, 0.1, r) + steady(15, 1.4, 0.1, r, load=10.0) + steady(600, 1.4, 0.1, r)
@@ -165,6 +198,11 @@ def scenarios() -> list[tuple[str, str, int, object]]:
             return steady(1000, 0.8, 0.1, r) + steady(1500, q, 0.1, r)
 
         add(f"drafting 0.8 then {after} for good", "drafting", 4, lasting)
+
+    def cheaper(r):
+        return steady(1000, 1.4, 0.1, r) + steady(1500, 0.8, 0.1, r)
+
+    add("drafting 1.4 then 0.8 for good", "plain", 4, cheaper)
 
     def drift(r):
         return [c for i in range(2000) for c in steady(1, 0.8 + 0.6 * i / 1999, 0.1, r)]

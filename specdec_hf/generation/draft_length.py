@@ -26,11 +26,15 @@ sampling keeps its distribution whatever k is chosen.
 
 A whole call can skip the loop ([`DraftLengthSchedule.drafts_this_call`]) and decode with transformers' own
 greedy/sampling loop, exactly as `generate()` without a drafter would, skipping the drafter's set-up too. Which kind
-of call runs is decided by the calls themselves once three of each were timed (the mean time per step of the latest
-ones, each kind with all it costs around the verifier: a table of single iterations and a plain call's average do
-not compare alike); before that, by the cost table: plain when even the best k is expected to give fewer tokens per
-second than a plain decoding step (the verifier's forward alone, with none of the loop's costs around it, until
-plain calls were timed). The kind not chosen still runs now and then, at growing intervals (a drafting call after 2,
+of call runs is decided by the calls themselves once three of each were timed (the time per step of the latest ones,
+each kind with all it costs around the verifier: a table of single iterations and a plain call's average do not
+compare alike). The kind expected is mostly run and the other rarely, so their windows hold readings of other
+moments, and a burst of other work on the machine slows mostly the expected kind's: when the windows' means say the
+other kind is faster, the two kinds run head to head ([`HeadToHead`]: alternately, in pairs of adjacent calls that a
+burst slows alike) until the pairs settle it, and the pairs' readings then replace both windows. Before three of
+each were timed, the cost table decides: plain when even the best k is expected to give fewer tokens per second than
+a plain decoding step (the verifier's forward alone, with none of the loop's costs around it, until plain calls were
+timed). The kind not chosen still runs now and then, at growing intervals (a drafting call after 2,
 4, ... 32 plain calls, after 256 while the timed drafting calls are clearly slower, the latest one included; a plain
 call after 8, 16, ... 64 drafting calls, every 8 until three were timed), so that both stay measured. The loop's own
 k = 0 iterations cannot stand in for plain calls: at batch > 1 they still re-feed the rows that advanced unevenly.
@@ -43,6 +47,7 @@ time each other's load.
 from __future__ import annotations
 
 import functools
+import math
 import statistics
 import time
 import weakref
@@ -60,6 +65,7 @@ __all__ = [
     "AcceptanceEstimate",
     "CallChoices",
     "DraftLengthSchedule",
+    "HeadToHead",
     "IterationCostTable",
     "calibrate",
     "choose_draft_length",
@@ -111,6 +117,15 @@ _FIRST_PLAIN_PROBE_INTERVAL = 8
 _MAX_PLAIN_PROBE_INTERVAL = 64
 # calls of each kind timed before their measured costs per step decide between them
 _MIN_TIMED_CALLS = 3
+# a change of the expected kind is settled head to head: the two kinds run alternately, in pairs of adjacent calls
+# (a burst of other work slows both calls of a pair alike), at least `_MIN_PAIRS` and at most `_MAX_PAIRS` pairs, until
+# the median of the pairs' log ratios is `_SURE_ERRORS` of its standard errors from 0 (or the pairs run out)
+_MIN_PAIRS = 4
+_MAX_PAIRS = 6
+_SURE_ERRORS = 2.0
+# calls of the expected kind after a head-to-head before the windows' means may call another (after a verdict the
+# windows hold only the pairs' readings, and a mean of a few noisy calls would call one after another)
+_FRESH_CALLS = 8
 # iterations of a call that take the k last chosen before it is chosen again from the measurements (at once when the
 # cost table, a batch-width bucket, or the largest k allowed, `min(limit, max_draft_tokens)`, changes)
 _RECHOOSE_INTERVAL = 4
@@ -355,6 +370,87 @@ class CallChoices:
     drafting_expected: bool | None = None
     since_probe: int = 0
     probe_interval: int = _FIRST_CALL_PROBE_INTERVAL
+    # the head-to-head under way, and the calls of the expected kind timed since the last one ended
+    head_to_head: HeadToHead | None = None
+    fresh_calls: int = _FRESH_CALLS
+
+    def expect(self, drafting: bool) -> None:
+        """Expect `drafting` (or plain) calls from now on: the other kind's probes start over at its first interval."""
+        self.drafting_expected, self.since_probe = drafting, 0
+        self.probe_interval = _FIRST_CALL_PROBE_INTERVAL if not drafting else _FIRST_PLAIN_PROBE_INTERVAL
+
+    def settle(self, drafting: bool, head_to_head: HeadToHead) -> None:
+        """End a head-to-head whose verdict is `drafting`: its timed pairs become both kinds' windows (readings of
+        the same moments, where the windows held readings of other times), the verdict the expected kind, and the
+        next probe of the other kind is counted from here (both were just timed)."""
+        timed = [
+            (plain_step, drafting_step)
+            for plain_step, drafting_step in head_to_head.pairs
+            if plain_step and drafting_step
+        ]
+        self.plain_call_steps = deque((plain_step for plain_step, _ in timed), maxlen=_RECENT_CALLS)
+        self.drafting_call_steps = deque((drafting_step for _, drafting_step in timed), maxlen=_RECENT_CALLS)
+        if drafting != self.drafting_expected:
+            self.expect(drafting)
+        self.since_probe = 0
+
+
+@dataclass
+class HeadToHead:
+    """Calls of the two kinds run alternately, in pairs of adjacent calls (the kind challenging the expected one
+    first in every other pair), and their times per step.
+
+    Args:
+        challenger_drafts (`bool`): Whether the challenging kind is drafting (the expected kind is the other).
+        calls (`int`): Calls of the head-to-head so far.
+        pairs (`list[list[float | None]]`): Per pair, the plain and the drafting call's time per step (`None`
+            until timed; a call may end untimed).
+    """
+
+    challenger_drafts: bool
+    calls: int = 0
+    pairs: list[list[float | None]] = field(default_factory=list)
+
+    def next_drafts(self) -> bool:
+        """Whether the next call of the head-to-head drafts (and count it)."""
+        # the challenger first in pairs 0, 2, 4, ... and second in the others: a trend in the calls' costs (rows
+        # sorted by length) favours neither kind over two pairs
+        challenger_first = (self.calls // 2) % 2 == 0
+        drafts = self.challenger_drafts if (self.calls % 2 == 0) == challenger_first else not self.challenger_drafts
+        self.calls += 1
+        return drafts
+
+    def record(self, call: int, drafting: bool, seconds: float) -> None:
+        """Keep the time per step of the head-to-head's `call`-th call (from 0), of the kind `drafting` says."""
+        while len(self.pairs) <= call // 2:
+            self.pairs.append([None, None])
+        self.pairs[call // 2][int(drafting)] = seconds
+
+    def verdict(self) -> bool | None:
+        """Whether drafting calls are the faster ones, `None` while the pairs leave it open.
+
+        Decided at an even count of timed pairs from `_MIN_PAIRS` on (the order within pairs alternates, so a trend
+        in the calls' costs cancels over two pairs), or at whatever count once `2 * _MAX_PAIRS` calls ran. The
+        pairs compared by the ratio of their sums (of mean times per step, as the windows' means compare them: a
+        median would favour a kind whose calls are mostly fast and now and then much slower), the pair farthest from
+        the others' log ratios left out (a pair half in a burst); decided before `_MAX_PAIRS` pairs only if that
+        ratio's log exceeds `_SURE_ERRORS` times the pairs' spread (their median absolute deviation) over √pairs. A
+        ratio of exactly 1 keeps the expected kind.
+        """
+        timed = [(plain, drafting) for plain, drafting in self.pairs if plain and drafting]
+        count, final = len(timed), self.calls >= 2 * _MAX_PAIRS
+        if count < _MIN_PAIRS or (not final and count % 2):
+            return None
+        ratios = [math.log(drafting / plain) for plain, drafting in timed]
+        median = statistics.median(ratios)
+        farthest = max(range(count), key=lambda index: abs(ratios[index] - median))
+        kept = [pair for index, pair in enumerate(timed) if index != farthest]
+        log_ratio = math.log(sum(drafting for _, drafting in kept) / sum(plain for plain, _ in kept))
+        # the median absolute deviation scaled to a normal distribution's standard deviation
+        spread = 1.4826 * statistics.median(abs(ratio - median) for ratio in ratios)
+        if not final and count < _MAX_PAIRS and abs(log_ratio) <= _SURE_ERRORS * spread / math.sqrt(count):
+            return None
+        return log_ratio < 0 if log_ratio else not self.challenger_drafts
 
 
 # per drafter and verifier (weakly held, so a deleted model takes its measurements with it): cost tables by (batch
@@ -404,6 +500,9 @@ class DraftLengthSchedule:
         self._table: IterationCostTable | None = None
         # this call's choices of its width (None: no table at its start, the call calibrates it)
         self._call_choices_now: CallChoices | None = None
+        # the head-to-head this call runs in, and its place there
+        self._head_to_head: HeadToHead | None = None
+        self._head_to_head_call = 0
         self._call_started: float | None = None
         self._calibrated_in_call = False
         self._plain_streak = 0
@@ -428,9 +527,10 @@ class DraftLengthSchedule:
 
         Once this batch width's cost table exists, the faster kind of call is expected from the calls themselves
         when at least `_MIN_TIMED_CALLS` of each were timed (the means of the latest ones' times per step: both
-        measured alike, each with all it costs around the verifier); before that, from the cost table: drafting when
-        some k ≥ 1 is expected to beat a plain step (as plain calls measured it, [`observe_plain_call`]; before any,
-        the verifier's forward alone). The other kind runs now and then so that both stay measured: a drafting call
+        measured alike, each with all it costs around the verifier), a change of the expected kind settled head to
+        head ([`HeadToHead`]; the next one only after `_FRESH_CALLS` calls of the kind then expected); before that,
+        from the cost table: drafting when some k ≥ 1 is expected to beat a plain step (as plain calls measured it,
+        [`observe_plain_call`]; before any, the verifier's forward alone). The other kind runs now and then so that both stay measured: a drafting call
         after 2, 4, ... 32 plain calls, a plain call after 8, 16, ... 64 drafting calls (the interval doubles after
         each probe, for plain calls once three were timed, and starts over when the expected kind changes); while
         the timed drafting calls are clearly slower per step than the plain ones (`_clearly_slower`: their means
@@ -444,10 +544,26 @@ class DraftLengthSchedule:
         self._table = table
         choices = self._call_choices.setdefault(key, CallChoices())
         self._call_choices_now = choices
+        if choices.head_to_head is not None:
+            head_to_head = choices.head_to_head
+            verdict = head_to_head.verdict()
+            if verdict is None and head_to_head.calls < 2 * _MAX_PAIRS:
+                return self._run_head_to_head(head_to_head)
+            choices.head_to_head = None
+            choices.fresh_calls = 0
+            if verdict is not None:
+                choices.settle(verdict, head_to_head)
         drafting = self._drafting_expected_faster(table, choices)
+        timed = min(len(choices.plain_call_steps), len(choices.drafting_call_steps)) >= _MIN_TIMED_CALLS
+        if choices.drafting_expected is not None and timed and drafting != choices.drafting_expected:
+            # the windows' means say the other kind: settled head to head, unless the expected kind's window is
+            # mostly the last head-to-head's
+            drafting = choices.drafting_expected
+            if choices.fresh_calls >= _FRESH_CALLS:
+                choices.head_to_head = HeadToHead(not drafting)
+                return self._run_head_to_head(choices.head_to_head)
         if drafting != choices.drafting_expected:
-            choices.drafting_expected, choices.since_probe = drafting, 0
-            choices.probe_interval = _FIRST_CALL_PROBE_INTERVAL if not drafting else _FIRST_PLAIN_PROBE_INTERVAL
+            choices.expect(drafting)
         interval = choices.probe_interval
         if not drafting and _clearly_slower(choices.drafting_call_steps, choices.plain_call_steps):
             interval = max(interval, _CLEARLY_SLOWER_PROBE_INTERVAL)
@@ -461,6 +577,11 @@ class DraftLengthSchedule:
             return not drafting
         choices.since_probe += 1
         return drafting
+
+    def _run_head_to_head(self, head_to_head: HeadToHead) -> bool:
+        """This call is the head-to-head's next: which kind it runs (its time is recorded there too)."""
+        self._head_to_head, self._head_to_head_call = head_to_head, head_to_head.calls
+        return head_to_head.next_drafts()
 
     def _drafting_expected_faster(self, table: IterationCostTable, choices: CallChoices) -> bool:
         """Whether a drafting call is expected to take less time per step than a plain one (see `drafts_this_call`)."""
@@ -487,7 +608,7 @@ class DraftLengthSchedule:
         """End the timing of a plain call of `steps` decoding steps (its output is on the host or waited for)."""
         synchronize(self.device)
         if steps > 0:
-            self._call_choices_now.plain_call_steps.append((_clock() - self._started) / steps)
+            self._record(False, (_clock() - self._started) / steps)
 
     def start_drafting_call(self) -> None:
         """Start timing a call that drafts (after `drafts_this_call` said so), before the drafter's set-up."""
@@ -500,7 +621,16 @@ class DraftLengthSchedule:
         at a smaller width once rows finished)."""
         synchronize(self.device)
         if steps > 0 and self._call_choices_now is not None and not self._calibrated_in_call:
-            self._call_choices_now.drafting_call_steps.append((_clock() - self._call_started) / steps)
+            self._record(True, (_clock() - self._call_started) / steps)
+
+    def _record(self, drafting: bool, seconds: float) -> None:
+        """Keep a timed call's time per step in its kind's window, and in the head-to-head it ran in."""
+        choices = self._call_choices_now
+        if self._head_to_head is not None:
+            self._head_to_head.record(self._head_to_head_call, drafting, seconds)
+        elif drafting == choices.drafting_expected:
+            choices.fresh_calls += 1
+        (choices.drafting_call_steps if drafting else choices.plain_call_steps).append(seconds)
 
     def table_for(self, rows: int, measure: Callable[[int], float]) -> IterationCostTable:
         """The cost table of this batch width, calibrated now with `measure(w)` (seconds of one verifier forward
