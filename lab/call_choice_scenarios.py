@@ -170,6 +170,15 @@ def scenarios() -> list[tuple[str, str, int, object]]:
 
         add(f"one erratic burst of 30 calls (3-10x, σ 0.7), drafting {ratio}", expected, 8, erratic)
 
+    for calls in (30, 100):
+        # a batch width that takes one call a pass (the remainder batch of a pass over rows sorted by length)
+        add(
+            f"a width's first {calls} calls, the table expecting drafting, drafting 1.25",
+            "drafting",
+            4,
+            lambda r, n=calls: steady(n, 1.25, 0.1, r),
+        )
+
     def widths(r):
         calls = steady(80, 1.4, 0.1, r) + steady(15, 1.4, 0.1, r, load=10.0) + steady(600, 1.4, 0.1, r)
         return calls, (16, 8, 4, 2)

@@ -36,7 +36,7 @@ each were timed, the cost table decides: plain when even the best k is expected 
 a plain decoding step (the verifier's forward alone, with none of the loop's costs around it, until plain calls were
 timed). The kind not chosen still runs now and then, at growing intervals (a drafting call after 2,
 4, ... 32 plain calls, after 256 while the timed drafting calls are clearly slower, the latest one included; a plain
-call after 8, 16, ... 64 drafting calls, every 8 until three were timed), so that both stay measured. The loop's own
+call after 8, 16, ... 64 drafting calls, every 2 until three were timed), so that both stay measured. The loop's own
 k = 0 iterations cannot stand in for plain calls: at batch > 1 they still re-feed the rows that advanced unevenly.
 Since the measurements are the machine's, the sequence of k is not reproducible from run to run: a seeded sampling
 run draws other numbers, and the relaxed rule (β > 1), whose output depends on k, can write another output. The
@@ -115,11 +115,13 @@ _CLEARLY_SLOWER_SHARE = 0.1
 # drafting calls before one is decoded plainly, to keep plain decoding's cost measured; doubling likewise
 _FIRST_PLAIN_PROBE_INTERVAL = 8
 _MAX_PLAIN_PROBE_INTERVAL = 64
+# ... but every this many until `_MIN_TIMED_CALLS` plain calls were timed
+_WARM_UP_PLAIN_PROBE_INTERVAL = 2
 # calls of each kind timed before their measured costs per step decide between them
 _MIN_TIMED_CALLS = 3
 # a change of the expected kind is settled head to head: the two kinds run alternately, in pairs of adjacent calls
 # (a burst of other work slows both calls of a pair alike), at least `_MIN_PAIRS` and at most `_MAX_PAIRS` pairs, until
-# the median of the pairs' log ratios is `_SURE_ERRORS` of its standard errors from 0 (or the pairs run out)
+# the log ratio of the pairs' sums exceeds `_SURE_ERRORS` times their spread over √pairs (`HeadToHead.verdict`)
 _MIN_PAIRS = 4
 _MAX_PAIRS = 6
 _SURE_ERRORS = 2.0
@@ -380,14 +382,10 @@ class CallChoices:
         self.probe_interval = _FIRST_CALL_PROBE_INTERVAL if not drafting else _FIRST_PLAIN_PROBE_INTERVAL
 
     def settle(self, drafting: bool, head_to_head: HeadToHead) -> None:
-        """End a head-to-head whose verdict is `drafting`: its timed pairs become both kinds' windows (readings of
-        the same moments, where the windows held readings of other times), the verdict the expected kind, and the
-        next probe of the other kind is counted from here (both were just timed)."""
-        timed = [
-            (plain_step, drafting_step)
-            for plain_step, drafting_step in head_to_head.pairs
-            if plain_step and drafting_step
-        ]
+        """End a head-to-head whose verdict is `drafting`: its pairs (`HeadToHead.kept_pairs`) become both kinds'
+        windows (readings of the same moments, where the windows held readings of other times), the verdict the
+        expected kind, and the next probe of the other kind is counted from here (both were just timed)."""
+        timed = head_to_head.kept_pairs()
         self.plain_call_steps = deque((plain_step for plain_step, _ in timed), maxlen=_RECENT_CALLS)
         self.drafting_call_steps = deque((drafting_step for _, drafting_step in timed), maxlen=_RECENT_CALLS)
         if drafting != self.drafting_expected:
@@ -426,25 +424,66 @@ class HeadToHead:
             self.pairs.append([None, None])
         self.pairs[call // 2][int(drafting)] = seconds
 
+    def _timed(self) -> list[tuple[int, float, float]]:
+        """The pairs whose two calls were timed: (pair index, plain, drafting time per step)."""
+        return [(index, plain, drafting) for index, (plain, drafting) in enumerate(self.pairs) if plain and drafting]
+
+    def _drafts_at(self, call: int) -> bool:
+        """Whether the head-to-head's `call`-th call (from 0) drafts."""
+        challenger_first = (call // 2) % 2 == 0
+        return self.challenger_drafts if (call % 2 == 0) == challenger_first else not self.challenger_drafts
+
+    def kept_pairs(self) -> list[tuple[float, float]]:
+        """The timed pairs' (plain, drafting) times per step, less one pair half in a burst.
+
+        The pair whose log ratio is farthest from the pairs' median is left out when its slower call (against the
+        median of its kind's timed calls, in log) was slowed by something that lasted: the call next to it outside
+        the pair slowed at least half as much against its own kind's median, or not there (untimed, or the
+        head-to-head's first or last call). A slow call alone is what that call costs (as when a drafting call's
+        drafts are rejected) and stays: the sums then compare what the windows' means compare.
+        """
+        timed = self._timed()
+        pairs = [(plain, drafting) for _, plain, drafting in timed]
+        if len(timed) < 2:
+            return pairs
+        ratios = [math.log(drafting / plain) for plain, drafting in pairs]
+        median = statistics.median(ratios)
+        farthest = max(range(len(timed)), key=lambda index: abs(ratios[index] - median))
+        medians = (statistics.median(plain for plain, _ in pairs), statistics.median(d for _, d in pairs))
+
+        def slowed(call: int) -> float | None:
+            """The `call`-th call's log time over its kind's median; `None` if there is no such timed call."""
+            if not 0 <= call < 2 * len(self.pairs):
+                return None
+            drafts = self._drafts_at(call)
+            seconds = self.pairs[call // 2][int(drafts)]
+            return math.log(seconds / medians[int(drafts)]) if seconds else None
+
+        first = 2 * timed[farthest][0]
+        slower = first if slowed(first) >= slowed(first + 1) else first + 1
+        neighbour = slowed(first - 1 if slower == first else first + 2)
+        if neighbour is not None and neighbour <= slowed(slower) / 2:
+            return pairs
+        return pairs[:farthest] + pairs[farthest + 1 :]
+
     def verdict(self) -> bool | None:
         """Whether drafting calls are the faster ones, `None` while the pairs leave it open.
 
-        Decided at an even count of timed pairs from `_MIN_PAIRS` on (the order within pairs alternates, so a trend
-        in the calls' costs cancels over two pairs), or at whatever count once `2 * _MAX_PAIRS` calls ran. The
-        pairs compared by the ratio of their sums (of mean times per step, as the windows' means compare them: a
-        median would favour a kind whose calls are mostly fast and now and then much slower), the pair farthest from
-        the others' log ratios left out (a pair half in a burst); decided before `_MAX_PAIRS` pairs only if that
-        ratio's log exceeds `_SURE_ERRORS` times the pairs' spread (their median absolute deviation) over √pairs. A
-        ratio of exactly 1 keeps the expected kind.
+        Decided at an even count of timed pairs from `_MIN_PAIRS` on (the order within pairs alternates, so with
+        no pair missing a trend in the calls' costs cancels over two pairs), or at whatever count once
+        `2 * _MAX_PAIRS` calls ran. The pairs compared by the ratio of their sums (of mean times per step, as the
+        windows' means compare them), a pair half in a burst left out (`kept_pairs`); decided before `_MAX_PAIRS`
+        pairs only if that ratio's log exceeds `_SURE_ERRORS` times the spread of the timed pairs' log ratios (their
+        median absolute deviation, which one pair does not widen) over √pairs. A ratio of exactly 1 keeps the
+        expected kind.
         """
-        timed = [(plain, drafting) for plain, drafting in self.pairs if plain and drafting]
+        timed = self._timed()
         count, final = len(timed), self.calls >= 2 * _MAX_PAIRS
         if count < _MIN_PAIRS or (not final and count % 2):
             return None
-        ratios = [math.log(drafting / plain) for plain, drafting in timed]
+        ratios = [math.log(drafting / plain) for _, plain, drafting in timed]
         median = statistics.median(ratios)
-        farthest = max(range(count), key=lambda index: abs(ratios[index] - median))
-        kept = [pair for index, pair in enumerate(timed) if index != farthest]
+        kept = self.kept_pairs()
         log_ratio = math.log(sum(drafting for _, drafting in kept) / sum(plain for plain, _ in kept))
         # the median absolute deviation scaled to a normal distribution's standard deviation
         spread = 1.4826 * statistics.median(abs(ratio - median) for ratio in ratios)
@@ -530,12 +569,12 @@ class DraftLengthSchedule:
         measured alike, each with all it costs around the verifier), a change of the expected kind settled head to
         head ([`HeadToHead`]; the next one only after `_FRESH_CALLS` calls of the kind then expected); before that,
         from the cost table: drafting when some k ≥ 1 is expected to beat a plain step (as plain calls measured it,
-        [`observe_plain_call`]; before any, the verifier's forward alone). The other kind runs now and then so that both stay measured: a drafting call
-        after 2, 4, ... 32 plain calls, a plain call after 8, 16, ... 64 drafting calls (the interval doubles after
-        each probe, for plain calls once three were timed, and starts over when the expected kind changes); while
-        the timed drafting calls are clearly slower per step than the plain ones (`_clearly_slower`: their means
-        three standard errors and a tenth apart, the latest drafting call a tenth slower too), a drafting call only
-        after 256 plain ones.
+        [`observe_plain_call`]; before any, the verifier's forward alone). The other kind runs now and then so that
+        both stay measured: a drafting call after 2, 4, ... 32 plain calls, a plain call after 8, 16, ... 64 drafting
+        calls, after every 2 until three plain calls were timed (the interval doubles after each probe, for plain
+        calls once three were timed, and starts over when the expected kind changes); while the timed drafting calls
+        are clearly slower per step than the plain ones (`_clearly_slower`: their means three standard errors and a
+        tenth apart, the latest drafting call a tenth slower too), a drafting call only after 256 plain ones.
         """
         key = self._table_key(rows)
         table = self._tables.get(key)
@@ -556,8 +595,8 @@ class DraftLengthSchedule:
         drafting = self._drafting_expected_faster(table, choices)
         timed = min(len(choices.plain_call_steps), len(choices.drafting_call_steps)) >= _MIN_TIMED_CALLS
         if choices.drafting_expected is not None and timed and drafting != choices.drafting_expected:
-            # the windows' means say the other kind: settled head to head, unless the expected kind's window is
-            # mostly the last head-to-head's
+            # the windows' means say the other kind: settled head to head, unless fewer than `_FRESH_CALLS` calls of
+            # the expected kind were timed since the last one ended
             drafting = choices.drafting_expected
             if choices.fresh_calls >= _FRESH_CALLS:
                 choices.head_to_head = HeadToHead(not drafting)
@@ -567,10 +606,13 @@ class DraftLengthSchedule:
         interval = choices.probe_interval
         if not drafting and _clearly_slower(choices.drafting_call_steps, choices.plain_call_steps):
             interval = max(interval, _CLEARLY_SLOWER_PROBE_INTERVAL)
+        if drafting and len(choices.plain_call_steps) < _MIN_TIMED_CALLS:
+            # the table's drafting iterations can look cheaper than drafting calls are (docs/RESULTS.md: a batch
+            # width of one call a pass, its rows the longest, drafted at 0.8x greedy): the calls settle it soon
+            interval = min(interval, _WARM_UP_PLAIN_PROBE_INTERVAL)
         if choices.since_probe >= interval:
             choices.since_probe = 0
-            # while drafting is expected, plain calls keep their first interval until three were timed: the table's
-            # drafting iterations can look cheaper than drafting calls are, and the timed calls settle it
+            # while drafting is expected, the interval starts doubling once three plain calls were timed
             if not drafting or len(choices.plain_call_steps) + 1 >= _MIN_TIMED_CALLS:
                 limit = _MAX_PLAIN_PROBE_INTERVAL if drafting else _MAX_CALL_PROBE_INTERVAL
                 choices.probe_interval = min(2 * choices.probe_interval, limit)

@@ -14,6 +14,7 @@ from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria,
 from specdec_hf.generation import draft_length
 from specdec_hf.generation.draft_length import (
     AcceptanceEstimate,
+    CallChoices,
     DraftLengthSchedule,
     HeadToHead,
     IterationCostTable,
@@ -390,8 +391,9 @@ def test_a_call_decides_from_the_tables_and_counts_of_its_width():
     schedule.acceptance.update(2, [0] * 50)  # drafts never accepted: no k beats a plain forward of 1.0
     decisions = [schedule.drafts_this_call(1) for _ in range(12)]
     assert decisions == [False, False, True, False, False, False, False, True] + [False] * 4
-    schedule.acceptance.update(2, [2] * 500)  # drafts now sure: every call drafts
-    assert all(schedule.drafts_this_call(1) for _ in range(5))
+    schedule.acceptance.update(2, [2] * 500)  # drafts now sure: drafting expected
+    decisions = [schedule.drafts_this_call(1) for _ in range(6)]
+    assert decisions == [True, True, False] * 2  # a plain call after every 2 until three were timed (none is)
 
 
 class _Key:
@@ -469,12 +471,12 @@ def test_calls_slowed_by_a_burst_of_other_work_do_not_decide_after_it(clock):
 
 def test_timed_calls_decide_over_the_cost_table_head_to_head(clock):
     """The table expects drafting to pay, but drafting calls take 1.25 times a plain call per step: plain calls run
-    after every 8 drafting ones until three were timed, the two kinds then run alternately (plain first, then in
+    after every 2 drafting ones until three were timed, the two kinds then run alternately (plain first, then in
     turn which goes first: `.DD..DD.`) and plain decoding takes over. Once drafting calls become faster, the probes
     of drafting find it and, after another head-to-head, drafting takes over."""
     keys = _process_expecting("drafting")
     kinds = _choose_calls(clock, keys, [(1.0, 1.25)] * 60)
-    assert kinds == ("D" * 8 + ".") * 3 + ".DD..DD." + "." * 25
+    assert kinds == "DD." * 3 + ".DD..DD." + "." * 43
     kinds = _choose_calls(clock, keys, [(1.0, 0.8)] * 600)
     assert kinds[:200] == "." * 200  # clearly slower: a drafting call only after 256 plain ones
     switch = kinds.index("D..DD..D")  # a head-to-head, drafting challenging
@@ -487,7 +489,7 @@ def test_one_slow_call_right_after_a_head_to_head_does_not_start_another(clock):
     """Both kinds' windows hold only a head-to-head's readings after it: the means of the expected kind's window
     start another only once it holds `_FRESH_CALLS` calls of its own, not at the first slow one."""
     keys = _process_expecting("drafting")
-    kinds = _choose_calls(clock, keys, [(1.0, 1.25)] * 38)
+    kinds = _choose_calls(clock, keys, [(1.0, 1.25)] * 20)
     assert kinds.endswith(".DD..DD." + "." * 3)  # a head-to-head, then plain
     # seven plain calls at 1 and one at 3.5: the plain window's mean above the drafting window's 1.25 for two calls
     kinds = _choose_calls(clock, keys, [(3.5, 1.25)] + [(1.0, 1.25)] * 10)
@@ -514,7 +516,7 @@ def _head_to_head(ratios) -> HeadToHead:
         ([0.8] * 4, True),  # four pairs alike: drafting faster
         ([1.3, 1.25, 1.3, 1.35], False),
         ([0.8, 0.8, 0.8, 0.8, 0.8], None),  # an odd number of pairs decides only at the end (a trend would favour one)
-        ([0.8, 10.0, 0.85, 0.8], True),  # a pair half in a burst: left out of the sums and of the spread
+        ([0.8, 10.0, 0.85, 0.8], False),  # one slow drafting call alone: what drafting costs, kept in the sums
         ([0.8, 2.5, 0.85, 0.8, 2.5, 0.85], False),  # mostly faster, now and then much slower: slower on the sums
         ([0.9, 1.1, 0.85, 1.15], None),  # the sums' ratio within the pairs' noise: more pairs
         ([0.9, 1.1, 0.85, 1.15, 0.9, 0.95], True),  # six pairs: the sums' side decides
@@ -522,23 +524,48 @@ def _head_to_head(ratios) -> HeadToHead:
     ],
 )
 def test_a_head_to_head_decides_by_its_pairs_sums(ratios, verdict):
-    """The verdict compares the pairs' sums (what the windows' means compare), the pair farthest from the others
-    left out, once their ratio is sure or at six pairs."""
+    """The verdict compares the pairs' sums (what the windows' means compare) once their ratio is sure, or at six
+    pairs; an odd count decides only when the head-to-head's calls ran out."""
     assert _head_to_head(ratios).verdict() is verdict
+
+
+def test_a_pair_half_in_a_burst_is_left_out_of_a_head_to_head():
+    """Drafting calls at 0.8 per step, plain at 1; from the fourth call (the second pair's drafting call) on, every
+    call ten times slower. The second pair, half in the burst, is left out (the call after its slow one slowed
+    too); the others decide for drafting. A slow call whose neighbour was not slowed stays (the case above)."""
+    head_to_head = HeadToHead(
+        challenger_drafts=True, calls=8, pairs=[[1.0, 0.8], [1.0, 8.0], [10.0, 8.5], [10.0, 8.0]]
+    )
+    assert head_to_head.kept_pairs() == [(1.0, 0.8), (10.0, 8.5), (10.0, 8.0)]
+    assert head_to_head.verdict() is True
+
+
+def test_a_settled_head_to_head_replaces_both_windows_with_its_kept_pairs():
+    """The verdict becomes the expected kind, its pairs both kinds' windows (readings of the same moments), less the
+    pair half in a burst (its slow reading would stand for the kind until the rare probes replaced it)."""
+    choices = CallChoices(drafting_expected=False, since_probe=5)
+    choices.plain_call_steps.extend([3.0] * 16)  # slowed by a burst: what started the head-to-head
+    head_to_head = HeadToHead(
+        challenger_drafts=True, calls=8, pairs=[[1.0, 0.8], [1.0, 8.0], [10.0, 8.5], [10.0, 8.0]]
+    )
+    choices.settle(True, head_to_head)
+    assert list(choices.plain_call_steps) == [1.0, 10.0, 10.0]
+    assert list(choices.drafting_call_steps) == [0.8, 8.5, 8.0]
+    assert choices.drafting_expected is True and choices.since_probe == 0
 
 
 @pytest.mark.parametrize(
     ("logs", "verdict"),
     [
-        # the first pair left out; the others' sums -0.099 in log, their spread 1.4826 * 0.05: 2.7 errors over √4
+        # no pair left out; the sums -0.146 in log, the spread 1.4826 * 0.05: 3.9 errors over √4
         ([-0.30, -0.05, -0.10, -0.15], True),
-        # the first pair left out; the others' sums -0.097 in log, their spread 1.4826 * 0.1: 1.3 errors
-        ([-0.50, 0.0, -0.10, -0.20], None),
+        # no pair left out; the sums -0.159 in log, the spread 1.4826 * 0.125: 1.7 errors
+        ([-0.45, 0.05, -0.10, -0.20], None),
     ],
 )
 def test_a_head_to_head_is_sure_at_four_pairs_only_beyond_twice_its_noise(logs, verdict):
-    """Four pairs decide when the kept pairs' sums differ by more than `_SURE_ERRORS` (2) times the pairs' spread
-    (the median absolute deviation of their log ratios, times 1.4826) over √4, and leave it open below."""
+    """Four pairs decide when their sums differ by more than `_SURE_ERRORS` (2) times the pairs' spread (the median
+    absolute deviation of their log ratios, times 1.4826) over √4, and leave it open below."""
     assert _head_to_head([math.exp(value) for value in logs]).verdict() is verdict
 
 
