@@ -125,6 +125,9 @@ _MIN_TIMED_CALLS = 3
 _MIN_PAIRS = 4
 _MAX_PAIRS = 6
 _SURE_ERRORS = 2.0
+# ... a pair left out of it as half in a burst only where its slow call took more than this many times the fastest
+# call of its kind (and the call next to it was slowed too: `HeadToHead.kept_pairs`)
+_BURST_SLOWDOWN = 2.0
 # calls of the expected kind after a head-to-head before the windows' means may call another (after a verdict the
 # windows hold only the pairs' readings, and a mean of a few noisy calls would call one after another)
 _FRESH_CALLS = 8
@@ -436,11 +439,12 @@ class HeadToHead:
     def kept_pairs(self) -> list[tuple[float, float]]:
         """The timed pairs' (plain, drafting) times per step, less one pair half in a burst.
 
-        The pair whose log ratio is farthest from the pairs' median is left out when its slower call (against the
-        median of its kind's timed calls, in log) was slowed by something that lasted: the call next to it outside
-        the pair slowed at least half as much against its own kind's median, or not there (untimed, or the
-        head-to-head's first or last call). A slow call alone is what that call costs (as when a drafting call's
-        drafts are rejected) and stays: the sums then compare what the windows' means compare.
+        The pair whose log ratio is farthest from the pairs' median is left out when its slower call took more than
+        `_BURST_SLOWDOWN` times the fastest timed call of its kind and the call next to it outside the pair was
+        slowed at least half as much (in log, against the same baseline): a burst lasts. Kept otherwise: a call slow
+        alone (as when a drafting call's drafts are rejected), or at either end of the head-to-head (where nothing
+        tells a burst from what the call costs), is what that kind costs, and the sums then compare what the
+        windows' means compare.
         """
         timed = self._timed()
         pairs = [(plain, drafting) for _, plain, drafting in timed]
@@ -449,22 +453,24 @@ class HeadToHead:
         ratios = [math.log(drafting / plain) for plain, drafting in pairs]
         median = statistics.median(ratios)
         farthest = max(range(len(timed)), key=lambda index: abs(ratios[index] - median))
-        medians = (statistics.median(plain for plain, _ in pairs), statistics.median(d for _, d in pairs))
+        # a burst only ever slows a call: the fastest call of each kind is the baseline a burst does not move
+        fastest = (min(plain for plain, _ in pairs), min(drafting for _, drafting in pairs))
 
         def slowed(call: int) -> float | None:
-            """The `call`-th call's log time over its kind's median; `None` if there is no such timed call."""
+            """The `call`-th call's log time over its kind's fastest; `None` if there is no such timed call."""
             if not 0 <= call < 2 * len(self.pairs):
                 return None
             drafts = self._drafts_at(call)
             seconds = self.pairs[call // 2][int(drafts)]
-            return math.log(seconds / medians[int(drafts)]) if seconds else None
+            return math.log(seconds / fastest[int(drafts)]) if seconds else None
 
         first = 2 * timed[farthest][0]
         slower = first if slowed(first) >= slowed(first + 1) else first + 1
+        slowdown = slowed(slower)
         neighbour = slowed(first - 1 if slower == first else first + 2)
-        if neighbour is not None and neighbour <= slowed(slower) / 2:
-            return pairs
-        return pairs[:farthest] + pairs[farthest + 1 :]
+        if slowdown > math.log(_BURST_SLOWDOWN) and neighbour is not None and neighbour > slowdown / 2:
+            return pairs[:farthest] + pairs[farthest + 1 :]
+        return pairs
 
     def verdict(self) -> bool | None:
         """Whether drafting calls are the faster ones, `None` while the pairs leave it open.
