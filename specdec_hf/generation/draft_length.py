@@ -440,8 +440,8 @@ class HeadToHead:
         """The timed pairs' (plain, drafting) times per step, less one pair half in a burst.
 
         The pair whose log ratio is farthest from the pairs' median is left out when its slower call took more than
-        `_BURST_SLOWDOWN` times the fastest timed call of its kind and the call next to it outside the pair was
-        slowed at least half as much (in log, against the same baseline): a burst lasts. Kept otherwise: a call slow
+        `_BURST_SLOWDOWN` times the fastest call of its kind (in the timed pairs) and the call next to it outside
+        the pair was slowed more than half as much (in log, against the same baseline): a burst lasts. Kept otherwise: a call slow
         alone (as when a drafting call's drafts are rejected), or at either end of the head-to-head (where nothing
         tells a burst from what the call costs), is what that kind costs, and the sums then compare what the
         windows' means compare.

@@ -518,7 +518,7 @@ def _head_to_head(ratios) -> HeadToHead:
         ([0.8, 0.8, 0.8, 0.8, 0.8], None),  # an odd number of pairs decides only at the end (a trend would favour one)
         ([0.8, 10.0, 0.85, 0.8], False),  # one slow drafting call alone: what drafting costs, kept in the sums
         ([0.8, 0.85, 0.8, 10.0], False),  # ... at the head-to-head's end too (nothing after it tells a burst)
-        ([1.2, 0.5, 1.2, 1.21], False),  # one fast drafting call alone: kept as well
+        ([10.0, 0.85, 0.8, 0.8], False),  # ... and at its start
         ([0.8, 2.5, 0.85, 0.8, 2.5, 0.85], False),  # mostly faster, now and then much slower: slower on the sums
         ([0.9, 1.1, 0.85, 1.15], None),  # the sums' ratio within the pairs' noise: more pairs
         ([0.9, 1.1, 0.85, 1.15, 0.9, 0.95], True),  # six pairs: the sums' side decides
@@ -544,9 +544,12 @@ def test_a_pair_half_in_a_burst_is_left_out_of_a_head_to_head():
 
 def test_a_call_slowed_less_than_twice_is_not_taken_for_a_burst():
     """The second pair is farthest from the others and the call after its slow drafting call was slowed too, but
-    only 1.75 and 1.6 times the fastest drafting call: the spread of drafting's own costs, every pair kept."""
+    only 1.75 and 1.625 times the fastest drafting call: the spread of drafting's own costs, every pair kept. A
+    fast call alone is kept too (its pair is farthest, but nothing in it is slower than its kind's fastest)."""
     head_to_head = HeadToHead(challenger_drafts=True, calls=8, pairs=[[1.0, 0.8], [1.0, 1.4], [1.0, 1.3], [1.0, 0.8]])
     assert head_to_head.kept_pairs() == [(1.0, 0.8), (1.0, 1.4), (1.0, 1.3), (1.0, 0.8)]
+    head_to_head = HeadToHead(challenger_drafts=True, calls=8, pairs=[[1.0, 1.2], [1.0, 0.5], [1.0, 1.2], [1.0, 1.21]])
+    assert len(head_to_head.kept_pairs()) == 4
 
 
 def test_a_settled_head_to_head_replaces_both_windows_with_its_kept_pairs():
