@@ -34,10 +34,10 @@ other kind is faster, the two kinds run head to head ([`HeadToHead`]: alternatel
 burst slows alike) until the pairs settle it, and the pairs' readings then replace both windows. Before three of
 each were timed, the cost table decides: plain when even the best k is expected to give fewer tokens per second than
 a plain decoding step (the verifier's forward alone, with none of the loop's costs around it, until plain calls were
-timed). The kind not chosen still runs now and then, at growing intervals (a drafting call after 2,
-4, ... 32 plain calls, after 256 while the timed drafting calls are clearly slower, the latest one included; a plain
-call after 8, 16, ... 64 drafting calls, every 2 until three were timed), so that both stay measured. The loop's own
-k = 0 iterations cannot stand in for plain calls: at batch > 1 they still re-feed the rows that advanced unevenly.
+timed). The kind not chosen still runs now and then, at growing intervals (a drafting call after 2, 4, ... 32 plain
+calls, after 256 while the timed drafting calls are clearly slower, the latest one included; a plain call after 8,
+16, ... 64 drafting calls, every 2 until three were timed), so that both stay measured. The loop's own k = 0
+iterations cannot stand in for plain calls: at batch > 1 they still re-feed the rows that advanced unevenly.
 Since the measurements are the machine's, the sequence of k is not reproducible from run to run: a seeded sampling
 run draws other numbers, and the relaxed rule (β > 1), whose output depends on k, can write another output. The
 measurements are per process and not guarded by a lock: calls of `generate()` in parallel threads share them and
@@ -441,10 +441,10 @@ class HeadToHead:
 
         The pair whose log ratio is farthest from the pairs' median is left out when its slower call took more than
         `_BURST_SLOWDOWN` times the fastest call of its kind (in the timed pairs) and the call next to it outside
-        the pair was slowed more than half as much (in log, against the same baseline): a burst lasts. Kept otherwise: a call slow
-        alone (as when a drafting call's drafts are rejected), or at either end of the head-to-head (where nothing
-        tells a burst from what the call costs), is what that kind costs, and the sums then compare what the
-        windows' means compare.
+        the pair was slowed more than half as much (in log, against the same baseline): a burst lasts. Kept
+        otherwise: a call slow alone (as when a drafting call's drafts are rejected), or at either end of the
+        head-to-head or next to an untimed call (where nothing tells a burst from what the call costs), is what
+        that kind costs, and the sums then compare what the windows' means compare.
         """
         timed = self._timed()
         pairs = [(plain, drafting) for _, plain, drafting in timed]
