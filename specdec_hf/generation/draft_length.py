@@ -414,10 +414,7 @@ class HeadToHead:
 
     def next_drafts(self) -> bool:
         """Whether the next call of the head-to-head drafts (and count it)."""
-        # the challenger first in pairs 0, 2, 4, ... and second in the others: a trend in the calls' costs (rows
-        # sorted by length) favours neither kind over two pairs
-        challenger_first = (self.calls // 2) % 2 == 0
-        drafts = self.challenger_drafts if (self.calls % 2 == 0) == challenger_first else not self.challenger_drafts
+        drafts = self._drafts_at(self.calls)
         self.calls += 1
         return drafts
 
@@ -433,6 +430,8 @@ class HeadToHead:
 
     def _drafts_at(self, call: int) -> bool:
         """Whether the head-to-head's `call`-th call (from 0) drafts."""
+        # the challenger first in pairs 0, 2, 4, ... and second in the others: a trend in the calls' costs (rows
+        # sorted by length) favours neither kind over two pairs
         challenger_first = (call // 2) % 2 == 0
         return self.challenger_drafts if (call % 2 == 0) == challenger_first else not self.challenger_drafts
 
@@ -447,11 +446,14 @@ class HeadToHead:
         that kind costs, and the sums then compare what the windows' means compare.
         """
         timed = self._timed()
+        ratios = [math.log(drafting / plain) for _, plain, drafting in timed]
+        return self._kept(timed, ratios, statistics.median(ratios) if ratios else 0.0)
+
+    def _kept(self, timed: list, ratios: list[float], median: float) -> list[tuple[float, float]]:
+        """`kept_pairs` from the timed pairs, their log ratios and the ratios' median."""
         pairs = [(plain, drafting) for _, plain, drafting in timed]
         if len(timed) < 2:
             return pairs
-        ratios = [math.log(drafting / plain) for plain, drafting in pairs]
-        median = statistics.median(ratios)
         farthest = max(range(len(timed)), key=lambda index: abs(ratios[index] - median))
         # a burst only ever slows a call: the fastest call of each kind is the baseline a burst does not move
         fastest = (min(plain for plain, _ in pairs), min(drafting for _, drafting in pairs))
@@ -489,7 +491,7 @@ class HeadToHead:
             return None
         ratios = [math.log(drafting / plain) for _, plain, drafting in timed]
         median = statistics.median(ratios)
-        kept = self.kept_pairs()
+        kept = self._kept(timed, ratios, median)
         log_ratio = math.log(sum(drafting for _, drafting in kept) / sum(plain for plain, _ in kept))
         # the median absolute deviation scaled to a normal distribution's standard deviation
         spread = 1.4826 * statistics.median(abs(ratio - median) for ratio in ratios)

@@ -536,9 +536,9 @@ def test_a_pair_half_in_a_burst_is_left_out_of_a_head_to_head():
     call ten times slower. The second pair, half in the burst, is left out (the call after its slow one slowed
     too); the others decide for drafting. A slow call whose neighbour was not slowed stays (the case above)."""
     head_to_head = HeadToHead(
-        challenger_drafts=True, calls=8, pairs=[[1.0, 0.8], [1.0, 8.0], [10.0, 8.5], [10.0, 8.0]]
+        challenger_drafts=True, calls=8, pairs=[[1.0, 0.8], [1.0, 8.0], [10.0, 8.0], [10.0, 8.0]]
     )
-    assert head_to_head.kept_pairs() == [(1.0, 0.8), (10.0, 8.5), (10.0, 8.0)]
+    assert head_to_head.kept_pairs() == [(1.0, 0.8), (10.0, 8.0), (10.0, 8.0)]
     assert head_to_head.verdict() is True
 
 
@@ -558,11 +558,11 @@ def test_a_settled_head_to_head_replaces_both_windows_with_its_kept_pairs():
     choices = CallChoices(drafting_expected=False, since_probe=5)
     choices.plain_call_steps.extend([3.0] * 16)  # slowed by a burst: what started the head-to-head
     head_to_head = HeadToHead(
-        challenger_drafts=True, calls=8, pairs=[[1.0, 0.8], [1.0, 8.0], [10.0, 8.5], [10.0, 8.0]]
+        challenger_drafts=True, calls=8, pairs=[[1.0, 0.8], [1.0, 8.0], [10.0, 8.0], [10.0, 8.0]]
     )
     choices.settle(True, head_to_head)
     assert list(choices.plain_call_steps) == [1.0, 10.0, 10.0]
-    assert list(choices.drafting_call_steps) == [0.8, 8.5, 8.0]
+    assert list(choices.drafting_call_steps) == [0.8, 8.0, 8.0]
     assert choices.drafting_expected is True and choices.since_probe == 0
 
 
