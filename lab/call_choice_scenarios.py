@@ -13,7 +13,9 @@ calls"). Scenarios with randomness run several seeds and report the mean and the
     python -m lab.call_choice_scenarios --compare /tmp/draft_length_candidate.py
 
 `--compare` loads another version of `specdec_hf/generation/draft_length.py` from a file and prints it beside the
-package's (a candidate rule, or an older revision: `git show <rev>:specdec_hf/generation/draft_length.py`).
+package's (a candidate rule, or an older revision: `git show <rev>:specdec_hf/generation/draft_length.py`); from
+2026-12-05 the call choice lives in `call_choice.py` beside it, which the file imports from its own folder
+(`load_module`).
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import math
+import os
 import random
 import statistics
 import sys
+import types
 from dataclasses import dataclass
 
 import torch
@@ -221,8 +225,17 @@ def scenarios() -> list[tuple[str, str, int, object]]:
 
 
 def load_module(path: str):
-    """A draft_length.py from `path`, as a module of its own (its measurements apart from the package's)."""
-    name = "specdec_hf.generation.draft_length_compared"
+    """A draft_length.py from `path`, as a module of its own (its measurements apart from the package's).
+
+    The file is loaded as a module of a package of its own whose folder is the file's: a revision that split the
+    rule over several files (`call_choice.py` beside it since 2026-12-05) imports them from that folder, so write
+    them there, e.g. `git show <rev>:specdec_hf/generation/call_choice.py > /tmp/rule/call_choice.py`.
+    """
+    package_name = "specdec_hf.generation_compared"
+    package = types.ModuleType(package_name)
+    package.__path__ = [os.path.dirname(os.path.abspath(path))]
+    sys.modules[package_name] = package
+    name = f"{package_name}.draft_length"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses look their module up

@@ -25,19 +25,10 @@ deterministic for given measurements; it never looks at the drafts being verifie
 sampling keeps its distribution whatever k is chosen.
 
 A whole call can skip the loop ([`DraftLengthSchedule.drafts_this_call`]) and decode with transformers' own
-greedy/sampling loop, exactly as `generate()` without a drafter would, skipping the drafter's set-up too. Which kind
-of call runs is decided by the calls themselves once three of each were timed (the time per step of the latest ones,
-each kind with all it costs around the verifier: a table of single iterations and a plain call's average do not
-compare alike). The kind expected is mostly run and the other rarely, so their windows hold readings of other
-moments, and a burst of other work on the machine slows mostly the expected kind's: when the windows' means say the
-other kind is faster, the two kinds run head to head ([`HeadToHead`]: alternately, in pairs of adjacent calls that a
-burst slows alike) until the pairs settle it, and the pairs' readings then replace both windows. Before three of
-each were timed, the cost table decides: plain when even the best k is expected to give fewer tokens per second than
-a plain decoding step (the verifier's forward alone, with none of the loop's costs around it, until plain calls were
-timed). The kind not chosen still runs now and then, at growing intervals (a drafting call after 2, 4, ... 32 plain
-calls, after 256 while the timed drafting calls are clearly slower, the latest one included; a plain call after 8,
-16, ... 64 drafting calls, every 2 until three were timed), so that both stay measured. The loop's own k = 0
-iterations cannot stand in for plain calls: at batch > 1 they still re-feed the rows that advanced unevenly.
+greedy/sampling loop, exactly as `generate()` without a drafter would: which kind of call runs is chosen by the calls'
+own timings (`specdec_hf.generation.call_choice`), and before three of each kind were timed by the cost table: plain
+when even the best k is expected to give fewer tokens per second than a plain decoding step (the verifier's forward
+alone, with none of the loop's costs around it, until plain calls were timed).
 Since the measurements are the machine's, the sequence of k is not reproducible from run to run: a seeded sampling
 run draws other numbers, and the relaxed rule (β > 1), whose output depends on k, can write another output. The
 measurements are per process and not guarded by a lock: calls of `generate()` in parallel threads share them and
@@ -47,7 +38,6 @@ time each other's load.
 from __future__ import annotations
 
 import functools
-import math
 import statistics
 import time
 import weakref
@@ -59,13 +49,12 @@ import torch
 
 from ..auto_draft_length import AUTO
 from ..device_sync import synchronize
+from .call_choice import CallChoices, ChosenCall
 
 __all__ = [
     "AUTO",
     "AcceptanceEstimate",
-    "CallChoices",
     "DraftLengthSchedule",
-    "HeadToHead",
     "IterationCostTable",
     "calibrate",
     "choose_draft_length",
@@ -86,8 +75,6 @@ _CALIBRATION_ROUNDS = 5
 # iterations at k = 0 before the first probe of drafting; the interval doubles after a probe that did not pay
 _FIRST_PROBE_INTERVAL = 8
 _MAX_PROBE_INTERVAL = 128
-# calls of each kind (plain; drafting) whose time per step is remembered
-_RECENT_CALLS = 16
 # iterations of each kind (plain; drafting, with their k) whose time is remembered: 32 readings each (the rarer kind's
 # reach further back in time, to the cheaper iterations of shorter caches)
 _RECENT_ITERATIONS = 32
@@ -103,34 +90,6 @@ _MIN_PER_DRAFT_READINGS = 5
 _NEIGHBOUR_INTERVAL = 5
 _NEIGHBOUR_WARM_UP = 160
 _SETTLED_NEIGHBOUR_INTERVAL = 20
-# whole calls decoded without drafting before one probes it; the interval doubles after each such probe
-_FIRST_CALL_PROBE_INTERVAL = 2
-_MAX_CALL_PROBE_INTERVAL = 32
-# ... and while the timed drafting calls are clearly slower per step than the plain ones (their means apart by
-# `_CLEARLY_SLOWER_ERRORS` standard errors of the difference and by `_CLEARLY_SLOWER_SHARE` of the plain mean), this
-# many: a drafting call at batch 16 on a CPU takes ~1.4 times a plain one, and a probe every 32 calls cost ~1.3%
-_CLEARLY_SLOWER_PROBE_INTERVAL = 256
-_CLEARLY_SLOWER_ERRORS = 3.0
-_CLEARLY_SLOWER_SHARE = 0.1
-# drafting calls before one is decoded plainly, to keep plain decoding's cost measured; doubling likewise
-_FIRST_PLAIN_PROBE_INTERVAL = 8
-_MAX_PLAIN_PROBE_INTERVAL = 64
-# ... but every this many until `_MIN_TIMED_CALLS` plain calls were timed
-_WARM_UP_PLAIN_PROBE_INTERVAL = 2
-# calls of each kind timed before their measured costs per step decide between them
-_MIN_TIMED_CALLS = 3
-# a change of the expected kind is settled head to head: the two kinds run alternately, in pairs of adjacent calls
-# (a burst of other work slows both calls of a pair alike), at least `_MIN_PAIRS` and at most `_MAX_PAIRS` pairs, until
-# the log ratio of the pairs' sums exceeds `_SURE_ERRORS` times their spread over √pairs (`HeadToHead.verdict`)
-_MIN_PAIRS = 4
-_MAX_PAIRS = 6
-_SURE_ERRORS = 2.0
-# ... a pair left out of it as half in a burst only where its slow call took more than this many times the fastest
-# call of its kind (and the call next to it was slowed too: `HeadToHead.kept_pairs`)
-_BURST_SLOWDOWN = 2.0
-# calls of the expected kind after a head-to-head before the windows' means may call another (after a verdict the
-# windows hold only the pairs' readings, and a mean of a few noisy calls would call one after another)
-_FRESH_CALLS = 8
 # iterations of a call that take the k last chosen before it is chosen again from the measurements (at once when the
 # cost table, a batch-width bucket, or the largest k allowed, `min(limit, max_draft_tokens)`, changes)
 _RECHOOSE_INTERVAL = 4
@@ -333,171 +292,11 @@ def _slope(values: Sequence[float]) -> float:
     return covariance / sum((index - mean_index) ** 2 for index in range(count))
 
 
-def _clearly_slower(slower: Sequence[float], faster: Sequence[float]) -> bool:
-    """Whether the calls timed in `slower` (times per step) are slower than those in `faster` by more than their
-    noise explains: at least `_MIN_TIMED_CALLS` of each, the means apart by `_CLEARLY_SLOWER_ERRORS` standard errors
-    of their difference and by `_CLEARLY_SLOWER_SHARE` of the faster mean, and the latest of `slower` slower by that
-    share too (a probe that ran fast ends the verdict at once, not after the window's older calls age out; with a
-    few calls, three standard errors alone would also be a weak test)."""
-    if len(slower) < _MIN_TIMED_CALLS or len(faster) < _MIN_TIMED_CALLS:
-        return False
-    slower_mean, faster_mean = statistics.fmean(slower), statistics.fmean(faster)
-    if slower[-1] <= (1 + _CLEARLY_SLOWER_SHARE) * faster_mean:
-        return False
-    error = (statistics.variance(slower) / len(slower) + statistics.variance(faster) / len(faster)) ** 0.5
-    gap = slower_mean - faster_mean
-    return gap > _CLEARLY_SLOWER_ERRORS * error and gap > _CLEARLY_SLOWER_SHARE * faster_mean
-
-
 def _lower_quartile(values: Sequence[float]) -> float | None:
     if not values:
         return None
     ordered = sorted(values)
     return ordered[(len(ordered) - 1) // 4]
-
-
-@dataclass
-class CallChoices:
-    """How whole calls of one cost table's batch width were decoded under one rule: what calls of each kind cost per
-    step, which kind was last expected to be faster, the calls of that kind since the other was last run, and how
-    many to run before running the other once (a probe).
-
-    Args:
-        plain_call_steps (`deque[float]`): The time per step of the latest calls decoded plainly (transformers' own
-            loop).
-        drafting_call_steps (`deque[float]`): The time per step of the latest drafting calls (the drafter's set-up and
-            the loop, per step of output). Both are kept per rule: what drafts are worth depends on it, and sampling's
-            plain steps cost more than greedy's.
-    """
-
-    plain_call_steps: deque = field(default_factory=lambda: deque(maxlen=_RECENT_CALLS))
-    drafting_call_steps: deque = field(default_factory=lambda: deque(maxlen=_RECENT_CALLS))
-    drafting_expected: bool | None = None
-    since_probe: int = 0
-    probe_interval: int = _FIRST_CALL_PROBE_INTERVAL
-    # the head-to-head under way, and the calls of the expected kind timed since the last one ended
-    head_to_head: HeadToHead | None = None
-    fresh_calls: int = _FRESH_CALLS
-
-    def expect(self, drafting: bool) -> None:
-        """Expect `drafting` (or plain) calls from now on: the other kind's probes start over at its first interval."""
-        self.drafting_expected, self.since_probe = drafting, 0
-        self.probe_interval = _FIRST_CALL_PROBE_INTERVAL if not drafting else _FIRST_PLAIN_PROBE_INTERVAL
-
-    def settle(self, drafting: bool, head_to_head: HeadToHead) -> None:
-        """End a head-to-head whose verdict is `drafting`: its pairs (`HeadToHead.kept_pairs`) become both kinds'
-        windows (readings of the same moments, where the windows held readings of other times), the verdict the
-        expected kind, and the next probe of the other kind is counted from here (both were just timed)."""
-        timed = head_to_head.kept_pairs()
-        self.plain_call_steps = deque((plain_step for plain_step, _ in timed), maxlen=_RECENT_CALLS)
-        self.drafting_call_steps = deque((drafting_step for _, drafting_step in timed), maxlen=_RECENT_CALLS)
-        if drafting != self.drafting_expected:
-            self.expect(drafting)
-        self.since_probe = 0
-
-
-@dataclass
-class HeadToHead:
-    """Calls of the two kinds run alternately, in pairs of adjacent calls (the kind challenging the expected one
-    first in every other pair), and their times per step.
-
-    Args:
-        challenger_drafts (`bool`): Whether the challenging kind is drafting (the expected kind is the other).
-        calls (`int`): Calls of the head-to-head so far.
-        pairs (`list[list[float | None]]`): Per pair, the plain and the drafting call's time per step (`None`
-            until timed; a call may end untimed).
-    """
-
-    challenger_drafts: bool
-    calls: int = 0
-    pairs: list[list[float | None]] = field(default_factory=list)
-
-    def next_drafts(self) -> bool:
-        """Whether the next call of the head-to-head drafts (and count it)."""
-        drafts = self._drafts_at(self.calls)
-        self.calls += 1
-        return drafts
-
-    def record(self, call: int, drafting: bool, seconds: float) -> None:
-        """Keep the time per step of the head-to-head's `call`-th call (from 0), of the kind `drafting` says."""
-        while len(self.pairs) <= call // 2:
-            self.pairs.append([None, None])
-        self.pairs[call // 2][int(drafting)] = seconds
-
-    def _timed(self) -> list[tuple[int, float, float]]:
-        """The pairs whose two calls were timed: (pair index, plain, drafting time per step)."""
-        return [(index, plain, drafting) for index, (plain, drafting) in enumerate(self.pairs) if plain and drafting]
-
-    def _drafts_at(self, call: int) -> bool:
-        """Whether the head-to-head's `call`-th call (from 0) drafts."""
-        # the challenger first in pairs 0, 2, 4, ... and second in the others: a trend in the calls' costs (rows
-        # sorted by length) favours neither kind over two pairs
-        challenger_first = (call // 2) % 2 == 0
-        return self.challenger_drafts if (call % 2 == 0) == challenger_first else not self.challenger_drafts
-
-    def kept_pairs(self) -> list[tuple[float, float]]:
-        """The timed pairs' (plain, drafting) times per step, less one pair half in a burst.
-
-        The pair whose log ratio is farthest from the pairs' median is left out when its slower call took more than
-        `_BURST_SLOWDOWN` times the fastest call of its kind (in the timed pairs) and the call next to it outside
-        the pair was slowed more than half as much (in log, against the same baseline): a burst lasts. Kept
-        otherwise: a call slow alone (as when a drafting call's drafts are rejected), or at either end of the
-        head-to-head or next to an untimed call (where nothing tells a burst from what the call costs), is what
-        that kind costs, and the sums then compare what the windows' means compare.
-        """
-        timed = self._timed()
-        ratios = [math.log(drafting / plain) for _, plain, drafting in timed]
-        return self._kept(timed, ratios, statistics.median(ratios) if ratios else 0.0)
-
-    def _kept(self, timed: list, ratios: list[float], median: float) -> list[tuple[float, float]]:
-        """`kept_pairs` from the timed pairs, their log ratios and the ratios' median."""
-        pairs = [(plain, drafting) for _, plain, drafting in timed]
-        if len(timed) < 2:
-            return pairs
-        farthest = max(range(len(timed)), key=lambda index: abs(ratios[index] - median))
-        # a burst only ever slows a call: the fastest call of each kind is the baseline a burst does not move
-        fastest = (min(plain for plain, _ in pairs), min(drafting for _, drafting in pairs))
-
-        def slowed(call: int) -> float | None:
-            """The `call`-th call's log time over its kind's fastest; `None` if there is no such timed call."""
-            if not 0 <= call < 2 * len(self.pairs):
-                return None
-            drafts = self._drafts_at(call)
-            seconds = self.pairs[call // 2][int(drafts)]
-            return math.log(seconds / fastest[int(drafts)]) if seconds else None
-
-        first = 2 * timed[farthest][0]
-        slower = first if slowed(first) >= slowed(first + 1) else first + 1
-        slowdown = slowed(slower)
-        neighbour = slowed(first - 1 if slower == first else first + 2)
-        if slowdown > math.log(_BURST_SLOWDOWN) and neighbour is not None and neighbour > slowdown / 2:
-            return pairs[:farthest] + pairs[farthest + 1 :]
-        return pairs
-
-    def verdict(self) -> bool | None:
-        """Whether drafting calls are the faster ones, `None` while the pairs leave it open.
-
-        Decided at an even count of timed pairs from `_MIN_PAIRS` on (the order within pairs alternates, so with
-        no pair missing a trend in the calls' costs cancels over two pairs), or at whatever count once
-        `2 * _MAX_PAIRS` calls ran. The pairs compared by the ratio of their sums (of mean times per step, as the
-        windows' means compare them), a pair half in a burst left out (`kept_pairs`); decided before `_MAX_PAIRS`
-        pairs only if that ratio's log exceeds `_SURE_ERRORS` times the spread of the timed pairs' log ratios (their
-        median absolute deviation, which one pair does not widen) over √pairs. A ratio of exactly 1 keeps the
-        expected kind.
-        """
-        timed = self._timed()
-        count, final = len(timed), self.calls >= 2 * _MAX_PAIRS
-        if count < _MIN_PAIRS or (not final and count % 2):
-            return None
-        ratios = [math.log(drafting / plain) for _, plain, drafting in timed]
-        median = statistics.median(ratios)
-        kept = self._kept(timed, ratios, median)
-        log_ratio = math.log(sum(drafting for _, drafting in kept) / sum(plain for plain, _ in kept))
-        # the median absolute deviation scaled to a normal distribution's standard deviation
-        spread = 1.4826 * statistics.median(abs(ratio - median) for ratio in ratios)
-        if not final and count < _MAX_PAIRS and abs(log_ratio) <= _SURE_ERRORS * spread / math.sqrt(count):
-            return None
-        return log_ratio < 0 if log_ratio else not self.challenger_drafts
 
 
 # per drafter and verifier (weakly held, so a deleted model takes its measurements with it): cost tables by (batch
@@ -547,9 +346,8 @@ class DraftLengthSchedule:
         self._table: IterationCostTable | None = None
         # this call's choices of its width (None: no table at its start, the call calibrates it)
         self._call_choices_now: CallChoices | None = None
-        # the head-to-head this call runs in, and its place there
-        self._head_to_head: HeadToHead | None = None
-        self._head_to_head_call = 0
+        # the kind of this call its choices chose (and its place in a head-to-head)
+        self._call: ChosenCall | None = None
         self._call_started: float | None = None
         self._calibrated_in_call = False
         self._plain_streak = 0
@@ -572,17 +370,10 @@ class DraftLengthSchedule:
     def drafts_this_call(self, rows: int) -> bool:
         """Whether a call of `rows` rows runs the speculative loop at all, or decodes plainly (no drafter).
 
-        Once this batch width's cost table exists, the faster kind of call is expected from the calls themselves
-        when at least `_MIN_TIMED_CALLS` of each were timed (the means of the latest ones' times per step: both
-        measured alike, each with all it costs around the verifier), a change of the expected kind settled head to
-        head ([`HeadToHead`]; the next one only after `_FRESH_CALLS` calls of the kind then expected); before that,
-        from the cost table: drafting when some k ≥ 1 is expected to beat a plain step (as plain calls measured it,
-        [`observe_plain_call`]; before any, the verifier's forward alone). The other kind runs now and then so that
-        both stay measured: a drafting call after 2, 4, ... 32 plain calls, a plain call after 8, 16, ... 64 drafting
-        calls, after every 2 until three plain calls were timed (the interval doubles after each probe, for plain
-        calls once three were timed, and starts over when the expected kind changes); while the timed drafting calls
-        are clearly slower per step than the plain ones (`_clearly_slower`: their means three standard errors and a
-        tenth apart, the latest drafting call a tenth slower too), a drafting call only after 256 plain ones.
+        Without a cost table of this batch width, the loop runs and calibrates one. Then the calls of this width
+        decide ([`CallChoices.next_call`]), and before three of each kind were timed the table does: drafting when
+        some k ≥ 1 is expected to beat a plain step (as plain calls measured it, [`observe_plain_call`]; before any,
+        the verifier's forward alone).
         """
         key = self._table_key(rows)
         table = self._tables.get(key)
@@ -591,60 +382,14 @@ class DraftLengthSchedule:
         self._table = table
         choices = self._call_choices.setdefault(key, CallChoices())
         self._call_choices_now = choices
-        if choices.head_to_head is not None:
-            head_to_head = choices.head_to_head
-            verdict = head_to_head.verdict()
-            if verdict is None and head_to_head.calls < 2 * _MAX_PAIRS:
-                return self._run_head_to_head(head_to_head)
-            choices.head_to_head = None
-            choices.fresh_calls = 0
-            if verdict is not None:
-                choices.settle(verdict, head_to_head)
-        drafting = self._drafting_expected_faster(table, choices)
-        timed = min(len(choices.plain_call_steps), len(choices.drafting_call_steps)) >= _MIN_TIMED_CALLS
-        if choices.drafting_expected is not None and timed and drafting != choices.drafting_expected:
-            # the windows' means say the other kind: settled head to head, unless fewer than `_FRESH_CALLS` calls of
-            # the expected kind were timed since the last one ended
-            drafting = choices.drafting_expected
-            if choices.fresh_calls >= _FRESH_CALLS:
-                choices.head_to_head = HeadToHead(not drafting)
-                return self._run_head_to_head(choices.head_to_head)
-        if drafting != choices.drafting_expected:
-            choices.expect(drafting)
-        interval = choices.probe_interval
-        if not drafting and _clearly_slower(choices.drafting_call_steps, choices.plain_call_steps):
-            interval = max(interval, _CLEARLY_SLOWER_PROBE_INTERVAL)
-        if drafting and len(choices.plain_call_steps) < _MIN_TIMED_CALLS:
-            # the table's drafting iterations can look cheaper than drafting calls are (docs/RESULTS.md: a batch
-            # width of one call a pass, its rows the longest, drafted at 0.8x greedy): the calls settle it soon
-            interval = min(interval, _WARM_UP_PLAIN_PROBE_INTERVAL)
-        if choices.since_probe >= interval:
-            choices.since_probe = 0
-            # while drafting is expected, the interval starts doubling once three plain calls were timed
-            if not drafting or len(choices.plain_call_steps) + 1 >= _MIN_TIMED_CALLS:
-                limit = _MAX_PLAIN_PROBE_INTERVAL if drafting else _MAX_CALL_PROBE_INTERVAL
-                choices.probe_interval = min(2 * choices.probe_interval, limit)
-            return not drafting
-        choices.since_probe += 1
-        return drafting
+        self._call = choices.next_call(functools.partial(self._table_expects_drafting, table))
+        return self._call.drafts
 
-    def _run_head_to_head(self, head_to_head: HeadToHead) -> bool:
-        """This call is the head-to-head's next: which kind it runs (its time is recorded there too)."""
-        self._head_to_head, self._head_to_head_call = head_to_head, head_to_head.calls
-        return head_to_head.next_drafts()
-
-    def _drafting_expected_faster(self, table: IterationCostTable, choices: CallChoices) -> bool:
-        """Whether a drafting call is expected to take less time per step than a plain one (see `drafts_this_call`)."""
-        plain, drafting = choices.plain_call_steps, choices.drafting_call_steps
-        if len(plain) >= _MIN_TIMED_CALLS and len(drafting) >= _MIN_TIMED_CALLS:
-            # means, not lower quartiles: a drafting call's time per step also varies with how well its drafts did,
-            # so its lower quartile would stand for its luckiest calls. No margin for plain decoding: drafting calls
-            # vary more (a third and more per step) and are rare while plain decoding is expected, so a margin of one
-            # standard error kept a drafter that pays decoding plainly for a whole pass once (docs/RESULTS.md)
-            return statistics.fmean(drafting) < statistics.fmean(plain)
-        # a plain step as plain calls measured it (lower quartile), before any the verifier's forward alone
-        # (optimistic for plain decoding: it wins every call drafting cannot clearly win)
-        plain_step = _lower_quartile(plain)
+    def _table_expects_drafting(self, table: IterationCostTable, plain_call_steps: Sequence[float]) -> bool:
+        """Whether some k ≥ 1 is expected to give more tokens per second than a plain step: a plain step as plain
+        calls measured it (lower quartile), before any the verifier's forward alone (optimistic for plain decoding:
+        it wins every call drafting cannot clearly win)."""
+        plain_step = _lower_quartile(plain_call_steps)
         plain_step = table.verify_seconds[0] if plain_step is None else plain_step
         acceptance = self.acceptance.probabilities(len(table.verify_seconds) - 1)
         return choose_draft_length([plain_step, *table.iteration_seconds()[1:]], acceptance) > 0
@@ -658,7 +403,7 @@ class DraftLengthSchedule:
         """End the timing of a plain call of `steps` decoding steps (its output is on the host or waited for)."""
         synchronize(self.device)
         if steps > 0:
-            self._record(False, (_clock() - self._started) / steps)
+            self._call_choices_now.record(self._call, (_clock() - self._started) / steps)
 
     def start_drafting_call(self) -> None:
         """Start timing a call that drafts (after `drafts_this_call` said so), before the drafter's set-up."""
@@ -671,16 +416,7 @@ class DraftLengthSchedule:
         at a smaller width once rows finished)."""
         synchronize(self.device)
         if steps > 0 and self._call_choices_now is not None and not self._calibrated_in_call:
-            self._record(True, (_clock() - self._call_started) / steps)
-
-    def _record(self, drafting: bool, seconds: float) -> None:
-        """Keep a timed call's time per step in its kind's window, and in the head-to-head it ran in."""
-        choices = self._call_choices_now
-        if self._head_to_head is not None:
-            self._head_to_head.record(self._head_to_head_call, drafting, seconds)
-        elif drafting == choices.drafting_expected:
-            choices.fresh_calls += 1
-        (choices.drafting_call_steps if drafting else choices.plain_call_steps).append(seconds)
+            self._call_choices_now.record(self._call, (_clock() - self._call_started) / steps)
 
     def table_for(self, rows: int, measure: Callable[[int], float]) -> IterationCostTable:
         """The cost table of this batch width, calibrated now with `measure(w)` (seconds of one verifier forward
