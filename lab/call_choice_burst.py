@@ -4,11 +4,11 @@ over the same batches, and busy processes started before chosen passes and stopp
 
 Per pass: each rule's time against greedy's (the sum over the pass's batches, all timed in the same pass), which
 calls drafted (`D`) and which decoded plainly (`.`), and the outputs' agreement with greedy. With `--compare`,
-another `draft_length.py` (a candidate rule or an older revision, `git show <rev>:specdec_hf/generation/draft_length.py
-> /tmp/rule.py`) decodes the same batches too, its measurements its own; the rules and greedy rotate their order from
-batch to batch. The figures of passes under load say how a rule bears it; those after, whether it recovers.
+another `draft_length.py` (a candidate rule or an older revision: `git show <rev>:specdec_hf/generation/draft_length.py
+> /tmp/rule/draft_length.py`, and from 2026-12-05 its `call_choice.py` into the same folder) decodes the same batches
+too, its measurements its own; the rules and greedy rotate their order from batch to batch. The figures of passes under load say how a rule bears it; those after, whether it recovers.
 
-    python -m lab.call_choice_burst --passes 12 --burst 2 3 --compare /tmp/rule.py
+    python -m lab.call_choice_burst --passes 12 --burst 2 3 --compare /tmp/rule/draft_length.py
 
 Every speculative call takes `num_draft_tokens="auto"` (`--num_draft_tokens` is not read); a call is counted as
 drafting when its drafter ran (a call through the loop that never drafted counts as plain).
@@ -61,7 +61,7 @@ def main() -> None:
     parser.add_argument("--passes", type=positive_int, default=12)
     parser.add_argument("--burst", type=int, nargs="*", default=[2, 3], help="Passes (from 1) run under load.")
     parser.add_argument("--burst_processes", type=positive_int, default=2, help="Busy processes during a burst.")
-    parser.add_argument("--compare", help="Another draft_length.py, decoding beside the package's.")
+    parser.add_argument("--compare", help="Another draft_length.py (its call_choice.py beside it), decoding beside.")
     args = parser.parse_args()
     print_header(args.passes)
     verifier, drafter = load_demo_pair(args, prepack=False)

@@ -232,6 +232,8 @@ def load_module(path: str):
     them there, e.g. `git show <rev>:specdec_hf/generation/call_choice.py > /tmp/rule/call_choice.py`.
     """
     package_name = "specdec_hf.generation_compared"
+    for loaded in [name for name in sys.modules if name == package_name or name.startswith(package_name + ".")]:
+        del sys.modules[loaded]  # another folder's modules, from an earlier load in this process
     package = types.ModuleType(package_name)
     package.__path__ = [os.path.dirname(os.path.abspath(path))]
     sys.modules[package_name] = package
@@ -245,7 +247,7 @@ def load_module(path: str):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--compare", help="Another draft_length.py, printed beside the package's.")
+    parser.add_argument("--compare", help="Another draft_length.py (its call_choice.py beside it), printed beside.")
     args = parser.parse_args()
     rules = {"package": draft_length}
     if args.compare:

@@ -13,8 +13,9 @@ drafting calls are clearly slower, the latest one included; a plain call after 8
 until three were timed), so that both stay measured. The loop's own k = 0 iterations cannot stand in for plain
 calls: at batch > 1 they still re-feed the rows that advanced unevenly.
 
-The choices are kept per batch width and rule ([`CallChoices`]) by the caller; nothing here reads a clock, so the
-rule is a deterministic function of the times it is given (`lab/call_choice_scenarios.py` drives it on a fake one).
+The choices ([`CallChoices`]) are kept by the caller (`DraftLengthSchedule`: per drafter, verifier, rule and cost
+table); nothing here reads a clock, so the choice is a deterministic function of the times it is given
+(`lab/call_choice_scenarios.py` drives the schedule on a fake clock).
 """
 
 from __future__ import annotations
@@ -179,14 +180,14 @@ class HeadToHead:
         return log_ratio < 0 if log_ratio else not self.challenger_drafts
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ChosenCall:
     """The kind of call [`CallChoices.next_call`] chose, and where its time per step goes.
 
     Args:
         drafts (`bool`): Whether the call runs the speculative loop (else transformers' plain loop).
         head_to_head ([`HeadToHead`], *optional*): The head-to-head the call runs in.
-        place (`int`): The call's place in that head-to-head (from 0).
+        place (`int`): The call's place in that head-to-head (from 0; 0 outside one).
     """
 
     drafts: bool
@@ -304,10 +305,12 @@ class CallChoices:
         place = head_to_head.calls
         return ChosenCall(head_to_head.next_drafts(), head_to_head, place)
 
-    def record(self, call: ChosenCall, seconds: float) -> None:
-        """Keep the time per step of a timed `call` in its kind's window, and in the head-to-head it ran in."""
+    def record(self, call: ChosenCall, drafting: bool, seconds: float) -> None:
+        """Keep the time per step of a timed call, chosen as `call` and run as `drafting` says, in that kind's window
+        and in the head-to-head it ran in; outside a head-to-head, a call of the expected kind counts towards the
+        `_FRESH_CALLS` before the next one."""
         if call.head_to_head is not None:
-            call.head_to_head.record(call.place, call.drafts, seconds)
-        elif call.drafts == self.drafting_expected:
+            call.head_to_head.record(call.place, drafting, seconds)
+        elif drafting == self.drafting_expected:
             self.fresh_calls += 1
-        (self.drafting_call_steps if call.drafts else self.plain_call_steps).append(seconds)
+        (self.drafting_call_steps if drafting else self.plain_call_steps).append(seconds)

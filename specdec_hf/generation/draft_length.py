@@ -28,10 +28,9 @@ A whole call can skip the loop ([`DraftLengthSchedule.drafts_this_call`]) and de
 greedy/sampling loop, exactly as `generate()` without a drafter would: which kind of call runs is chosen by the calls'
 own timings (`specdec_hf.generation.call_choice`), and before three of each kind were timed by the cost table: plain
 when even the best k is expected to give fewer tokens per second than a plain decoding step (the verifier's forward
-alone, with none of the loop's costs around it, until plain calls were timed).
-Since the measurements are the machine's, the sequence of k is not reproducible from run to run: a seeded sampling
-run draws other numbers, and the relaxed rule (β > 1), whose output depends on k, can write another output. The
-measurements are per process and not guarded by a lock: calls of `generate()` in parallel threads share them and
+alone, with none of the loop's costs around it, until plain calls were timed). Since the measurements are the
+machine's, the sequence of k is not reproducible from run to run: a seeded sampling run draws other numbers, and the
+relaxed rule (β > 1), whose output depends on k, can write another output. The measurements are per process and not guarded by a lock: calls of `generate()` in parallel threads share them and
 time each other's load.
 """
 
@@ -403,7 +402,7 @@ class DraftLengthSchedule:
         """End the timing of a plain call of `steps` decoding steps (its output is on the host or waited for)."""
         synchronize(self.device)
         if steps > 0:
-            self._call_choices_now.record(self._call, (_clock() - self._started) / steps)
+            self._call_choices_now.record(self._call, False, (_clock() - self._started) / steps)
 
     def start_drafting_call(self) -> None:
         """Start timing a call that drafts (after `drafts_this_call` said so), before the drafter's set-up."""
@@ -416,7 +415,7 @@ class DraftLengthSchedule:
         at a smaller width once rows finished)."""
         synchronize(self.device)
         if steps > 0 and self._call_choices_now is not None and not self._calibrated_in_call:
-            self._call_choices_now.record(self._call, (_clock() - self._call_started) / steps)
+            self._call_choices_now.record(self._call, True, (_clock() - self._call_started) / steps)
 
     def table_for(self, rows: int, measure: Callable[[int], float]) -> IterationCostTable:
         """The cost table of this batch width, calibrated now with `measure(w)` (seconds of one verifier forward
