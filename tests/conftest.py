@@ -175,6 +175,11 @@ def generate_with_drafter(model, inputs: dict, drafter, **kwargs):
     return model.generate(**inputs, custom_generate=speculative_generate, drafter=drafter, **options)
 
 
+class WeakKey:
+    """A weakly referable stand-in for a verifier or a drafter: the process keeps the `num_draft_tokens="auto"`
+    measurements of such a pair across calls."""
+
+
 class StepClock:
     """A clock for the draft length schedule's timings: every reading is one unit after the last, so a verifier
     forward of any width costs 1 and a loop iteration 1 beyond its forward; `spend` adds what a slow drafter's call

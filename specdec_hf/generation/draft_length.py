@@ -6,10 +6,11 @@ lengths (SpecDec++, Huang et al., 2024, arXiv 2405.19715; DISCO, Mamou et al., 2
 iteration; this module chooses it from two measured things:
 
 - **what an iteration costs** ([`IterationCostTable`]): a verifier forward over the uncached tokens and w drafts,
-  timed once per process, drafter, verifier, batch width and device at the cache's real state (`calibrate`), plus what the
-  loop pays around it, read from the iterations' own wall time as decoding runs: without a drafter call, and with
-  one as a base and a cost per draft (the drafter's queries, the wider logits), the latter from pairs of
-  consecutive iterations whose k differs by one (every few drafting iterations run a k next to the best one);
+  timed once per process, drafter, verifier, batch width and device at the cache's real state (`calibrate`; at most
+  one width per `generate()` call), plus what the loop pays around it, read from the iterations' own wall time as
+  decoding runs: without a drafter call, and with one as a base and a cost per draft (the drafter's queries, the
+  wider logits), the latter from pairs of consecutive iterations whose k differs by one (every few drafting
+  iterations run a k next to the best one);
 - **what the drafts are worth** ([`AcceptanceEstimate`]): how often the first i drafts were all accepted so far by
   this verifier and drafter under this rule (kept for the process, so that the next `generate()` starts informed).
 
@@ -21,8 +22,8 @@ are within a timing's noise, so without the measured cost per draft every draft 
 While k = 0 wins, drafting is probed now and then at the best k ≥ 1, with growing intervals, so that a drafter whose
 drafts start to pay is found again. The choice is a pure function of the costs and acceptance counts when it is made
 ([`choose_draft_length`]), the neighbouring k then placed by the table's count of drafting iterations, so it is
-deterministic for given measurements; it never looks at the drafts being verified, so β=1 stays exactly greedy and speculative
-sampling keeps its distribution whatever k is chosen.
+deterministic for given measurements; it never looks at the drafts being verified, so β=1 stays exactly greedy and
+speculative sampling keeps its distribution whatever k is chosen.
 
 A whole call can skip the loop ([`DraftLengthSchedule.drafts_this_call`]) and decode with transformers' own
 greedy/sampling loop, exactly as `generate()` without a drafter would: which kind of call runs is chosen by the calls'
@@ -30,8 +31,8 @@ own timings (`specdec_hf.generation.call_choice`), and before three of each kind
 when even the best k is expected to give fewer tokens per second than a plain decoding step (the verifier's forward
 alone, with none of the loop's costs around it, until plain calls were timed). Since the measurements are the
 machine's, the sequence of k is not reproducible from run to run: a seeded sampling run draws other numbers, and the
-relaxed rule (β > 1), whose output depends on k, can write another output. The measurements are per process and not guarded by a lock: calls of `generate()` in parallel threads share them and
-time each other's load.
+relaxed rule (β > 1), whose output depends on k, can write another output. The measurements are per process and not
+guarded by a lock: calls of `generate()` in parallel threads share them and time each other's load.
 """
 
 from __future__ import annotations
@@ -69,8 +70,9 @@ _clock = time.perf_counter
 _PRIOR_FIRST = 0.6
 # weight of that prior, in iterations
 _PRIOR_WEIGHT = 2.0
-# timed rounds over every width when a cost table is calibrated (after one untimed round)
-_CALIBRATION_ROUNDS = 5
+# timed rounds over every width when a cost table is calibrated (after one untimed round): few, as the call that
+# calibrates pays for every forward (docs/RESULTS.md, "One calibration a call")
+_CALIBRATION_ROUNDS = 2
 # iterations at k = 0 before the first probe of drafting; the interval doubles after a probe that did not pay
 _FIRST_PROBE_INTERVAL = 8
 _MAX_PROBE_INTERVAL = 128
@@ -349,6 +351,10 @@ class DraftLengthSchedule:
         self._call: ChosenCall | None = None
         self._call_started: float | None = None
         self._calibrated_in_call = False
+        self._calibration_seconds = 0.0  # spent calibrating in this call (not the call's decoding)
+        # whether this iteration runs untimed, on the last table's choice, at a width this call found no table for after
+        # calibrating another
+        self._untimed = False
         self._plain_streak = 0
         self._probe_interval = _FIRST_PROBE_INTERVAL
         self._probing = False
@@ -406,30 +412,43 @@ class DraftLengthSchedule:
 
     def start_drafting_call(self) -> None:
         """Start timing a call that drafts (after `drafts_this_call` said so), before the drafter's set-up."""
+        self._calibrated_in_call, self._calibration_seconds = False, 0.0
         synchronize(self.device)
         self._call_started = _clock()
 
     def observe_drafting_call(self, steps: int) -> None:
-        """End the timing of a drafting call whose output took `steps` steps (what a plain call would have taken);
-        not recorded for a call that calibrated a cost table (its timed forwards are not decoding: at its start, or
-        at a smaller width once rows finished)."""
+        """End the timing of a drafting call whose output took `steps` steps (what a plain call would have taken),
+        less the calibration it ran at a smaller width once rows finished (its timed forwards are not decoding; the
+        iterations at a width it found no table for drafted as the call's others, `next_k`); not recorded for a call
+        that calibrated the width it started at (no choices were made for it)."""
         synchronize(self.device)
-        if steps > 0 and self._call_choices_now is not None and not self._calibrated_in_call:
-            self._call_choices_now.record(self._call, True, (_clock() - self._call_started) / steps)
+        if steps > 0 and self._call_choices_now is not None:
+            seconds = _clock() - self._call_started - self._calibration_seconds
+            self._call_choices_now.record(self._call, True, seconds / steps)
 
     def table_for(self, rows: int, measure: Callable[[int], float]) -> IterationCostTable:
         """The cost table of this batch width, calibrated now with `measure(w)` (seconds of one verifier forward
         with w drafts) if this process has none yet."""
         key = self._table_key(rows)
         table = self._tables.get(key)
-        if table is None:
-            table = IterationCostTable(calibrate(measure, self.max_draft_tokens + 1))
-            self._tables[key] = table
-            self._calibrated_in_call = True
+        return self._calibrate(key, measure) if table is None else table
+
+    def _calibrate(self, key: tuple, measure: Callable[[int], float]) -> IterationCostTable:
+        """A new cost table under `key`, its calibration's time counted as not this call's decoding."""
+        synchronize(self.device)  # decoding work still queued is the call's, not the calibration's
+        started = _clock()
+        table = IterationCostTable(calibrate(measure, self.max_draft_tokens + 1))
+        self._calibration_seconds += _clock() - started
+        self._tables[key] = table
+        self._calibrated_in_call = True
         return table
 
     def next_k(self, rows: int, limit: int, measure: Callable[[int], float]) -> int:
         """This iteration's k (at most `limit`), and the start of its timing.
+
+        A call calibrates at most one batch width: when rows finish into a width without a table after the call
+        calibrated one, the last table's choice of k stands in there (untimed, counted in no table or acceptance
+        count), and a later call meeting that width calibrates it.
 
         Args:
             rows (`int`): Active rows.
@@ -437,7 +456,13 @@ class DraftLengthSchedule:
             measure (`Callable[[int], float]`): Times one verifier forward with w drafts at the cache's state, for a
                 batch width not calibrated yet.
         """
-        table = self.table_for(rows, measure)
+        key = self._table_key(rows)
+        table = self._tables.get(key)
+        self._untimed = table is None and self._calibrated_in_call and self._table is not None
+        if self._untimed:  # no call pays for two calibrations
+            table = self._table
+        elif table is None:
+            table = self._calibrate(key, measure)
         if table is not self._table or rows != self._rows:  # rows finished: no pair across the two widths
             self._previous = None
         self._table, self._rows = table, rows
@@ -465,7 +490,7 @@ class DraftLengthSchedule:
             k = self._choice[1]
         elif k > 0:  # drafting pays again: probe early the next time it stops paying
             self._probe_interval = _FIRST_PROBE_INTERVAL
-        if k > 0:
+        if k > 0 and not self._untimed:
             table.drafting_iterations += 1
             k = _neighbour_now_and_then(k, width, table.drafting_iterations)
         self._k = k
@@ -484,6 +509,8 @@ class DraftLengthSchedule:
             accepted (`Sequence[int]`): Per active row, the drafts it accepted. Every row counts as scheduled for
                 the k chosen: drafts a drafter declined to propose are worth as little as rejected ones.
         """
+        if self._untimed:  # a width without a table (`next_k`)
+            return
         seconds = _clock() - self._started
         if not self._first_iteration:  # the first forward of a call also projects the source for cross-attention
             self._previous = self._table.observe(self._k, seconds, self._previous)

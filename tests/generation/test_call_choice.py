@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+from conftest import WeakKey
 
 from specdec_hf.generation.call_choice import CallChoices, HeadToHead
 from specdec_hf.generation.draft_length import DraftLengthSchedule, IterationCostTable
@@ -29,14 +30,10 @@ def test_a_call_decides_from_the_tables_and_counts_of_its_width():
     assert decisions == [True, True, False] * 2  # a plain call after every 2 until three were timed (none is)
 
 
-class _Key:
-    """A weakly referable stand-in for a verifier or a drafter: the process keeps its measurements across calls."""
-
-
-def _process_expecting(expected: str) -> tuple[_Key, _Key]:
+def _process_expecting(expected: str) -> tuple[WeakKey, WeakKey]:
     """A verifier and a drafter whose batch-16 cost table exists and whose acceptance counts make it expect `expected`
     ("plain" or "drafting") calls before any call is timed."""
-    keys = (_Key(), _Key())
+    keys = (WeakKey(), WeakKey())
     schedule = DraftLengthSchedule(keys[0], keys[1], 2, (1, 0.0, False), torch.device("cpu"))
     schedule._tables[schedule._table_key(16)] = IterationCostTable([1.0, 1.1, 1.2])
     schedule.acceptance.update(2, [0] * 50 if expected == "plain" else [2] * 500)
@@ -273,7 +270,9 @@ def test_drafting_calls_clearly_slower_than_plain_ones_are_probed_rarely():
     assert decisions == [False] * 16 + [True]
 
 
-def test_a_drafting_call_is_timed_per_step_unless_it_calibrated_its_table(clock):
+def test_a_drafting_call_is_timed_per_step_less_its_calibration(clock):
+    """A call that calibrated the width it started at is not timed (no choices were made for it); one that
+    calibrated a smaller width once rows finished is timed without the calibration's forwards."""
     schedule = DraftLengthSchedule(object, None, 2, (1, 0.0, False), torch.device("cpu"))
     assert schedule.drafts_this_call(1)  # no table yet: this call calibrates it
     schedule.start_drafting_call()
@@ -288,9 +287,21 @@ def test_a_drafting_call_is_timed_per_step_unless_it_calibrated_its_table(clock)
     schedule._tables[(4, "cpu", 2)] = IterationCostTable([1.0, 1.1, 1.2])
     assert schedule.drafts_this_call(4)
     schedule.start_drafting_call()
-    schedule.table_for(2, lambda width: 1.0)
+    clock.spend(3.0)
+
+    def measure(width):
+        clock.spend(10.0)  # a forward of the calibration
+        return 1.0
+
+    schedule.table_for(2, measure)  # 9 forwards: 90 units, timed as 91 (the test clock's reading adds one)
+    clock.spend(3.0)
+    schedule.observe_drafting_call(4)  # 99 units from start to end less the 91: 2 per step of 4
+    assert list(schedule._call_choices[(4, "cpu", 2)].drafting_call_steps) == [2.0]
+    assert schedule.drafts_this_call(4)  # the schedule used for a call more: no calibration left over from the last
+    schedule.start_drafting_call()
+    clock.spend(11.0)
     schedule.observe_drafting_call(4)
-    assert not schedule._call_choices[(4, "cpu", 2)].drafting_call_steps
+    assert list(schedule._call_choices[(4, "cpu", 2)].drafting_call_steps) == [2.0, 3.0]
 
 
 def test_the_cost_table_is_asked_only_until_both_kinds_were_timed():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import VOCAB_SIZE, StepClock, build_verifier, generate_with_drafter, make_source_batch
+from conftest import VOCAB_SIZE, StepClock, WeakKey, build_verifier, generate_with_drafter, make_source_batch
 from oracle_drafters import OracleDrafter
 from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
@@ -255,6 +255,53 @@ def test_calibration_keeps_the_least_time_of_each_width_and_skips_the_first_roun
     assert calls[:6] == [0, 1, 2, 0, 1, 2]  # rounds over every width in turn
 
 
+def test_a_call_calibrates_at_most_one_batch_width(clock):
+    """Rows finish into a width without a table after the call calibrated its own: there the last table's choice of k
+    stands in, untimed (no second calibration, no reading in any table, no acceptance counted, no neighbouring k); a
+    width with a table is timed again, never paired with a reading of another width; the next call meeting the
+    width without a table calibrates it."""
+    verifier, drafter = WeakKey(), WeakKey()
+    measured = []
+
+    def measure(width):
+        measured.append(width)
+        return 1.0
+
+    schedule = DraftLengthSchedule(verifier, drafter, 2, (1, 0.0, False), torch.device("cpu"))
+    schedule.acceptance.update(2, [2] * 500)  # drafts sure: drafting pays
+    assert schedule.drafts_this_call(4)  # no table yet: this call calibrates one
+    schedule.start_drafting_call()
+    ks = []
+    for _ in range(2):  # the call's first iteration is not recorded; the second is, and waits for its pair
+        ks.append(schedule.next_k(4, 2, measure))
+        schedule.observe([2] * 4)
+    calibrations = len(measured)
+    assert calibrations > 0 and ks[0] > 0 and schedule._previous is not None
+    table = schedule._tables[(4, "cpu", 2)]
+    readings = (list(table.plain_recent), list(table.drafting_recent), list(table.per_draft_recent))
+    counts = (list(schedule.acceptance.verified), list(schedule.acceptance.accepted), table.drafting_iterations)
+    for _ in range(6):  # two rows finished: width 2, no table
+        assert schedule.next_k(2, 2, measure) == ks[0]  # the width-4 table's choice, never a neighbour
+        schedule.observe([0, 0])
+    assert len(measured) == calibrations and (2, "cpu", 2) not in schedule._tables
+    assert (list(table.plain_recent), list(table.drafting_recent), list(table.per_draft_recent)) == readings[:3]
+    assert (
+        list(schedule.acceptance.verified),
+        list(schedule.acceptance.accepted),
+        table.drafting_iterations,
+    ) == counts
+    schedule._tables[(1, "cpu", 2)] = narrow = IterationCostTable([1.0, 1.1, 1.2])
+    assert schedule.next_k(1, 2, measure) > 0  # a width with a table after the untimed stretch: timed again
+    schedule.observe([2])
+    assert len(narrow.drafting_recent) == 1 and not narrow.per_draft_recent  # no pair across the widths
+    assert len(table.per_draft_recent) == len(readings[2])
+    later = DraftLengthSchedule(verifier, drafter, 2, (1, 0.0, False), torch.device("cpu"))
+    assert later.drafts_this_call(4)
+    later.start_drafting_call()
+    later.next_k(2, 2, measure)  # the next call reaching width 2 calibrates it
+    assert len(measured) > calibrations and (2, "cpu", 2) in later._tables
+
+
 def test_acceptance_estimate_starts_from_its_prior_and_follows_the_counts():
     estimate = AcceptanceEstimate()
     prior = estimate.probabilities(3)
@@ -420,9 +467,23 @@ def test_every_k_in_turn_with_a_state_reading_drafter_and_finishing_rows_equals_
     cycle = iter(range(10**6))
     monkeypatch.setattr(draft_length, "choose_draft_length", lambda costs, *args, **kwargs: next(cycle) % len(costs))
     monkeypatch.setattr(draft_length, "_neighbour_now_and_then", lambda k, width, iteration: k)
+    monkeypatch.setattr(draft_length.DraftLengthSchedule, "drafts_this_call", lambda schedule, rows: True)
+    for _ in range(3):  # a call calibrates one batch width: up to three calls, one width each, before the one checked
+        assert torch.equal(_generate_auto(model, inputs, drafter, max_new_tokens=16).sequences, reference)
+    chosen = []
+    next_k = draft_length.DraftLengthSchedule.next_k
+
+    def recording_next_k(schedule, rows, limit, measure):
+        k = next_k(schedule, rows, limit, measure)
+        chosen.append((rows, k, schedule._untimed))
+        return k
+
+    monkeypatch.setattr(draft_length.DraftLengthSchedule, "next_k", recording_next_k)
     output = _generate_auto(model, inputs, drafter, max_new_tokens=16)
     assert torch.equal(output.sequences, reference)
     assert len(set(lengths.tolist())) > 1  # rows finished at different steps
+    assert not any(untimed for _, _, untimed in chosen)  # every width it met had its table: k cycled at each
+    assert len({rows for rows, _, _ in chosen}) > 1 and len({k for _, k, _ in chosen}) >= 3, chosen
     stats = output.speculative_stats
     assert 0 < stats.drafter_calls < stats.verifier_calls  # some iterations drafted, others stepped alone
 
