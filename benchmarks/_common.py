@@ -54,11 +54,12 @@ def positive_int(text: str) -> int:
     return value
 
 
-def print_header(repeats: int) -> None:
+def print_header(repeats: int | None) -> None:
     """Print the command line, the machine (CPU model, cores, load), the versions, torch's threads and the runs.
 
     Args:
-        repeats (`int`): The interleaved runs each figure is the median of.
+        repeats (`int`, *optional*): The interleaved runs each figure is the median of; `None` for a script that
+            prints every call's time in the order they ran.
     """
     load = load_average()
     main = sys.modules["__main__"]
@@ -70,9 +71,13 @@ def print_header(repeats: int) -> None:
         f"machine: {cpu_model()}, {os.cpu_count()} logical cores, load average "
         f"{'unknown' if load is None else f'{load:.2f}'} at start; {platform.platform()}"
     )
+    runs = (
+        "every call timed once, in the order printed"
+        if repeats is None
+        else f"{repeats} runs interleaved in a rotating order after a warm-up; figures: median (min–max) over the runs"
+    )
     print(
-        f"torch {torch.__version__}, transformers {transformers.__version__}, {torch.get_num_threads()} thread(s); "
-        f"{repeats} runs interleaved in a rotating order after a warm-up; figures: median (min–max) over the runs"
+        f"torch {torch.__version__}, transformers {transformers.__version__}, {torch.get_num_threads()} thread(s); {runs}"
     )
 
 
