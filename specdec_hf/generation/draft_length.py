@@ -418,9 +418,9 @@ class DraftLengthSchedule:
 
     def observe_drafting_call(self, steps: int) -> None:
         """End the timing of a drafting call whose output took `steps` steps (what a plain call would have taken),
-        less the calibration it ran at a smaller width once rows finished (its timed forwards are not decoding; the
-        iterations at a width it found no table for drafted as the call's others, `next_k`); not recorded for a call
-        that calibrated the width it started at (no choices were made for it)."""
+        less the calibration it ran at a smaller width once rows finished (its timed forwards are not decoding; at
+        narrower widths without a table it went on drafting with the last table's k, `next_k`); not recorded for a
+        call that calibrated the width it started at (no choices were made for it)."""
         synchronize(self.device)
         if steps > 0 and self._call_choices_now is not None:
             seconds = _clock() - self._call_started - self._calibration_seconds
