@@ -169,10 +169,10 @@ def read_sources(path, tokenizer, limit: int, seed: int | None = None) -> list:
     """
     examples = list(read_jsonl(path))  # a malformed line is reported with the file and line number
     rows = range(min(limit, len(examples))) if seed is None else sample_indices(len(examples), limit, seed)
-    return [tokenizer(_source_text(examples[row]), return_tensors="pt") for row in rows]
+    return [tokenizer(source_text(examples[row]), return_tensors="pt") for row in rows]
 
 
-def _source_text(example: dict) -> str:
+def source_text(example: dict) -> str:
     """The source of a held-out row of either demo pair."""
     if "translation" in example:
         return example["translation"]["en"]

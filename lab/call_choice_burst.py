@@ -26,7 +26,14 @@ import time
 import torch
 from transformers import AutoTokenizer
 
-from benchmarks._common import GREEDY_KWARGS, add_demo_pair_arguments, load_demo_pair, positive_int, print_header
+from benchmarks._common import (
+    GREEDY_KWARGS,
+    add_demo_pair_arguments,
+    load_demo_pair,
+    positive_int,
+    print_header,
+    source_text,
+)
 from lab.call_choice_scenarios import load_module
 from specdec_hf import prepack_where_faster, speculative_generate
 from specdec_hf.data.local_files import read_jsonl
@@ -38,7 +45,7 @@ _BUSY = "import torch; torch.set_num_threads(1); a = torch.randn(512, 512)\nwhil
 
 def batches(path: str, tokenizer, rows: int, batch_size: int) -> list[dict]:
     """The first `rows` held-out sources, sorted by length, tokenised in padded batches of `batch_size`."""
-    sources = [example["translation"]["en"] for example in itertools.islice(read_jsonl(path), rows)]
+    sources = [source_text(example) for example in itertools.islice(read_jsonl(path), rows)]
     sources.sort(key=lambda text: len(tokenizer(text).input_ids))
     return [
         dict(tokenizer(sources[start : start + batch_size], return_tensors="pt", padding=True))

@@ -24,6 +24,7 @@ from benchmarks._common import (
     load_demo_pair,
     positive_int,
     print_header,
+    source_text,
 )
 from specdec_hf import prepack_where_faster, speculative_generate
 from specdec_hf.data.local_files import read_jsonl
@@ -43,7 +44,7 @@ def main() -> None:
     prepack_where_faster(verifier)
     prepack_where_faster(drafter, runs_after=verifier)
     tokenizer = AutoTokenizer.from_pretrained(args.verifier)
-    sources = [row["translation"]["en"] for row in itertools.islice(read_jsonl(args.data), args.batch_size)]
+    sources = [source_text(row) for row in itertools.islice(read_jsonl(args.data), args.batch_size)]
     batch = dict(tokenizer(sources, return_tensors="pt", padding=True))
 
     calibrations: list[tuple[int, float]] = []  # (auto call, seconds)

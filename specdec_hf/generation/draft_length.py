@@ -426,13 +426,6 @@ class DraftLengthSchedule:
             seconds = _clock() - self._call_started - self._calibration_seconds
             self._call_choices_now.record(self._call, True, seconds / steps)
 
-    def table_for(self, rows: int, measure: Callable[[int], float]) -> IterationCostTable:
-        """The cost table of this batch width, calibrated now with `measure(w)` (seconds of one verifier forward
-        with w drafts) if this process has none yet."""
-        key = self._table_key(rows)
-        table = self._tables.get(key)
-        return self._calibrate(key, measure) if table is None else table
-
     def _calibrate(self, key: tuple, measure: Callable[[int], float]) -> IterationCostTable:
         """A new cost table under `key`, its calibration's time counted as not this call's decoding."""
         synchronize(self.device)  # decoding work still queued is the call's, not the calibration's
@@ -458,7 +451,7 @@ class DraftLengthSchedule:
         """
         key = self._table_key(rows)
         table = self._tables.get(key)
-        self._untimed = table is None and self._calibrated_in_call and self._table is not None
+        self._untimed = table is None and self._calibrated_in_call  # `_table` is the one it calibrated
         if self._untimed:  # no call pays for two calibrations
             table = self._table
         elif table is None:

@@ -293,8 +293,8 @@ def test_a_drafting_call_is_timed_per_step_less_its_calibration(clock):
         clock.spend(10.0)  # a forward of the calibration
         return 1.0
 
-    schedule.table_for(2, measure)  # 9 forwards: 90 units, timed as 91 (the test clock's reading adds one)
-    clock.spend(3.0)
+    schedule.next_k(2, 2, measure)  # its first iteration at width 2 calibrates it: 9 forwards, 90 units timed as 91
+    clock.spend(2.0)  # (each reading of the test clock adds one: the calibration's two, the iteration's start)
     schedule.observe_drafting_call(4)  # 99 units from start to end less the 91: 2 per step of 4
     assert list(schedule._call_choices[(4, "cpu", 2)].drafting_call_steps) == [2.0]
     assert schedule.drafts_this_call(4)  # the schedule used for a call more: no calibration left over from the last
