@@ -1,9 +1,10 @@
-"""What a fresh process's first `num_draft_tokens="auto"` call costs against greedy: its cost table's calibration.
+"""What a fresh process's first `num_draft_tokens="auto"` calls cost against greedy, while they calibrate their cost
+tables.
 
 The demo pair loads with the kernels `prepack_where_faster` chooses; greedy and β=1 at a fixed k are warmed with two
-calls each and timed three times each; then `"auto"`'s first call of the process (it calibrates its batch width)
-and the calls after it are timed, with `calibrate` wrapped in a timer so that each calibration's time and the call it
-fell in are printed. Every call decodes the same batch: the first `--batch_size` held-out rows.
+calls each and timed three times each; then `"auto"`'s first calls of the process are timed, each beside a greedy
+call, and after each, how far its cost tables' calibration got (the widths w whose forwards were all timed). Every
+call decodes the same batch: the first `--batch_size` held-out rows.
 
     python -m lab.first_call_cost --batch_size 1
     python -m lab.first_call_cost --batch_size 16
@@ -35,7 +36,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_demo_pair_arguments(parser, limit=16, num_draft_tokens=3)
     parser.add_argument("--batch_size", type=positive_int, default=1)
-    parser.add_argument("--calls", type=positive_int, default=5, help="auto calls timed, the first included.")
+    parser.add_argument("--calls", type=positive_int, default=8, help="auto calls timed, the first included.")
     parser.add_argument("--threads", type=positive_int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -47,16 +48,6 @@ def main() -> None:
     sources = [source_text(row) for row in itertools.islice(read_jsonl(args.data), args.batch_size)]
     batch = dict(tokenizer(sources, return_tensors="pt", padding=True))
 
-    calibrations: list[tuple[int, float]] = []  # (auto call, seconds)
-    auto_calls = 0
-    calibrate = draft_length.calibrate
-
-    def timed_calibrate(measure, widths):
-        started = time.perf_counter()
-        costs = calibrate(measure, widths)
-        calibrations.append((auto_calls, time.perf_counter() - started))
-        return costs
-
     def decode(num_draft_tokens) -> float:
         extra = {}
         if num_draft_tokens is not None:
@@ -65,29 +56,30 @@ def main() -> None:
         verifier.generate(**batch, **GREEDY_KWARGS, **extra)
         return (time.perf_counter() - started) * 1e3
 
-    draft_length.calibrate = timed_calibrate
-    try:
-        for setting in (None, args.num_draft_tokens):
-            decode(setting), decode(setting)
-        greedy = [decode(None) for _ in range(3)]
-        fixed = [decode(args.num_draft_tokens) for _ in range(3)]
-        auto = []
-        for _ in range(args.calls):
-            auto_calls += 1
-            auto.append(decode("auto"))
-    finally:
-        draft_length.calibrate = calibrate
+    def calibration_state() -> str:
+        """Per cost table of the pair: its batch width's bucket and the widths w whose forwards were all timed."""
+        tables = draft_length._COST_TABLES.get(drafter, {}).get(verifier, {})
+        return ", ".join(
+            f"batch {key[0]}: {len(table.verify_seconds)}/{table.largest_k + 1} widths"
+            for key, table in tables.items()
+        )
 
-    def listed(values) -> str:
-        return ", ".join(f"{value:.1f}" for value in values)
-
+    for setting in (None, args.num_draft_tokens):
+        decode(setting), decode(setting)
+    greedy = [decode(None) for _ in range(3)]
+    fixed = [decode(args.num_draft_tokens) for _ in range(3)]
     print(f"batch {args.batch_size}, ms per call")
     print(f"greedy: {listed(greedy)}")
     print(f"k={args.num_draft_tokens}: {listed(fixed)}")
-    print(f"auto, the process's first call: {auto[0]:.1f}; the next: {listed(auto[1:])}")
-    print(
-        "calibrations: " + "; ".join(f"{seconds * 1e3:.1f} ms in auto call {call}" for call, seconds in calibrations)
-    )
+    # each auto call next to a greedy call, so that a slow moment of the machine shows in both
+    for call in range(1, args.calls + 1):
+        auto, plain = decode("auto"), decode(None)
+        print(f"auto call {call}: {auto:.1f} (greedy right after: {plain:.1f}); tables: {calibration_state()}")
+
+
+def listed(values) -> str:
+    """Milliseconds, one decimal, comma-separated."""
+    return ", ".join(f"{value:.1f}" for value in values)
 
 
 if __name__ == "__main__":

@@ -184,7 +184,9 @@ def speculative_generate(
                 _rule_key(beta, tau, generation_config),
                 input_ids.device,
             )
-            if not schedule.drafts_this_call(input_ids.shape[0]):
+            # k ≤ max_length - length - 1 in every iteration (`_iteration_k`)
+            largest_k = _max_length_from_criteria(stopping_criteria) - input_ids.shape[1] - 1
+            if not schedule.drafts_this_call(input_ids.shape[0], largest_k):
                 schedule.start_plain_call()
                 output = plain_decoding(
                     model,
@@ -448,16 +450,22 @@ def _source_ids(inputs_tensor: torch.Tensor | None, batch_size: int) -> torch.Lo
     return inputs_tensor
 
 
+def _max_length_from_criteria(stopping_criteria: StoppingCriteriaList) -> int:
+    """The max length the criteria enforce (a user's criteria replace generate()'s defaults)."""
+    lengths = [c.max_length for c in stopping_criteria if isinstance(c, MaxLengthCriteria)]
+    if not lengths:
+        raise ValueError("Speculative decoding needs a length limit: pass `max_new_tokens` or `max_length`.")
+    return min(lengths)
+
+
 def _length_and_eos_from_criteria(
     stopping_criteria: StoppingCriteriaList, generation_config: GenerationConfig
 ) -> tuple[int, torch.LongTensor | None]:
     """The max length and EOS ids the criteria enforce (a user's criteria replace generate()'s defaults)."""
-    lengths = [c.max_length for c in stopping_criteria if isinstance(c, MaxLengthCriteria)]
+    max_length = _max_length_from_criteria(stopping_criteria)
     eos_lists = [c.eos_token_id.flatten() for c in stopping_criteria if isinstance(c, EosTokenCriteria)]
-    if not lengths:
-        raise ValueError("Speculative decoding needs a length limit: pass `max_new_tokens` or `max_length`.")
     eos = torch.cat(eos_lists).unique() if eos_lists else None
-    return min(lengths), eos
+    return max_length, eos
 
 
 def _beam_search_refusal(num_beams: int, config_num_beams: int | None) -> str:

@@ -6,11 +6,11 @@ lengths (SpecDec++, Huang et al., 2024, arXiv 2405.19715; DISCO, Mamou et al., 2
 iteration; this module chooses it from two measured things:
 
 - **what an iteration costs** ([`IterationCostTable`]): a verifier forward over the uncached tokens and w drafts,
-  timed once per process, drafter, verifier, batch width and device at the cache's real state (`calibrate`; at most
-  one width per `generate()` call), plus what the loop pays around it, read from the iterations' own wall time as
-  decoding runs: without a drafter call, and with one as a base and a cost per draft (the drafter's queries, the
-  wider logits), the latter from pairs of consecutive iterations whose k differs by one (every few drafting
-  iterations run a k next to the best one);
+  timed once per process, drafter, verifier, batch width and device in the loop's own first iterations at that width
+  ([`ForwardCalibration`]: they run every w in turn, so that calibrating costs no forward beyond decoding's), plus
+  what the loop pays around it, read from the iterations' own wall time as decoding runs: without a drafter call,
+  and with one as a base and a cost per draft (the drafter's queries, the wider logits), the latter from pairs of
+  consecutive iterations whose k differs by one (every few drafting iterations run a k next to the best one);
 - **what the drafts are worth** ([`AcceptanceEstimate`]): how often the first i drafts were all accepted so far by
   this verifier and drafter under this rule (kept for the process, so that the next `generate()` starts informed).
 
@@ -38,12 +38,14 @@ guarded by a lock: calls of `generate()` in parallel threads share them and time
 from __future__ import annotations
 
 import functools
+import math
 import statistics
 import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import torch
 
@@ -55,13 +57,14 @@ __all__ = [
     "AUTO",
     "AcceptanceEstimate",
     "DraftLengthSchedule",
+    "ForwardCalibration",
     "IterationCostTable",
-    "calibrate",
     "choose_draft_length",
     "clear_measurements",
     "non_decreasing",
-    "time_forward",
 ]
+
+_Result = TypeVar("_Result")
 
 # the clock of every timing here (a module attribute, so that tests can give a clock of their own)
 _clock = time.perf_counter
@@ -70,8 +73,8 @@ _clock = time.perf_counter
 _PRIOR_FIRST = 0.6
 # weight of that prior, in iterations
 _PRIOR_WEIGHT = 2.0
-# timed rounds over every width when a cost table is calibrated (after one untimed round): few, as the call that
-# calibrates pays for every forward (docs/RESULTS.md, "One calibration a call")
+# timed forwards of each width before a cost table is used, after one untimed (the first forward of a shape pays
+# one-off kernel set-up): the least of them stands for the width
 _CALIBRATION_ROUNDS = 2
 # iterations at k = 0 before the first probe of drafting; the interval doubles after a probe that did not pay
 _FIRST_PROBE_INTERVAL = 8
@@ -162,11 +165,58 @@ class AcceptanceEstimate:
 
 
 @dataclass
+class ForwardCalibration:
+    """The verifier forward's time per number of drafts w, read from the loop's own iterations while a cost table is
+    made: each w runs `1 + _CALIBRATION_ROUNDS` times, the first untimed (a shape's first forward pays one-off kernel
+    set-up), and the least of the timed ones stands for w (a timing is only ever slowed by what else runs).
+
+    Args:
+        seen (`list[int]`): Per w (0..max k), the iterations whose forward ran at it, the untimed first included.
+        least (`list[float]`): Per w, the least timed forward (`inf` until one).
+    """
+
+    seen: list[int]
+    least: list[float]
+
+    @classmethod
+    def for_widths(cls, widths: int) -> ForwardCalibration:
+        """Nothing timed yet for w = 0..`widths` - 1."""
+        return cls([0] * widths, [math.inf] * widths)
+
+    def complete_widths(self) -> int:
+        """How many w, from 0 up, ran all their forwards."""
+        count = 0
+        for seen in self.seen:
+            if seen <= _CALIBRATION_ROUNDS:
+                break
+            count += 1
+        return count
+
+    def next_width(self, largest: int) -> int:
+        """The w the next iteration runs at, among 0..`largest` not complete: round by round (the fewest forwards
+        first), alternately from the narrowest and from the widest, so that the cache's growth during a call does not
+        make the wider forwards look dearer than they are."""
+        candidates = [width for width in range(largest + 1) if self.seen[width] <= _CALIBRATION_ROUNDS]
+        fewest = min(self.seen[width] for width in candidates)
+        this_round = [width for width in candidates if self.seen[width] == fewest]
+        return this_round[0] if fewest % 2 == 0 else this_round[-1]
+
+    def record(self, width: int, seconds: float) -> None:
+        """Count one forward at `width` that took `seconds` (not timed if it is the width's first)."""
+        if self.seen[width]:
+            self.least[width] = min(self.least[width], seconds)
+        self.seen[width] += 1
+
+
+@dataclass
 class IterationCostTable:
     """What one iteration costs for one batch width, in seconds.
 
     Args:
-        verify_seconds (`list[float]`): The verifier forward's time with w drafts, w = 0..max k (`calibrate`).
+        verify_seconds (`list[float]`): The verifier forward's time with w drafts, w = 0..max k; while the table is
+            calibrated, for the w from 0 up whose forwards were all timed (`observe_forward`).
+        calibration ([`ForwardCalibration`], *optional*): The forwards timed so far while the table is calibrated;
+            `None` once every w was (or where `verify_seconds` was given whole).
         plain_recent (`deque[float]`): The latest plain iterations' (k = 0) times.
         drafting_recent (`deque[tuple[int, float]]`): The latest drafting iterations' k (the k chosen: a drafter's
             `num_drafts` or the confidence threshold may verify fewer) and time (the drafter's call included).
@@ -179,6 +229,7 @@ class IterationCostTable:
     """
 
     verify_seconds: list[float]
+    calibration: ForwardCalibration | None = None
     plain_recent: deque = field(default_factory=lambda: deque(maxlen=_RECENT_ITERATIONS))
     drafting_recent: deque = field(default_factory=lambda: deque(maxlen=_RECENT_ITERATIONS))
     per_draft_recent: deque = field(default_factory=lambda: deque(maxlen=_RECENT_PER_DRAFT))
@@ -186,6 +237,34 @@ class IterationCostTable:
     # `step_costs`' last result and what it was computed from: (width, count of readings, the newest reading object);
     # readings are only appended, so these change whenever the result may
     _step_costs_memo: tuple | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def uncalibrated(cls, largest_k: int) -> IterationCostTable:
+        """A table for k = 0..`largest_k` with nothing measured: its forwards are timed as the loop runs."""
+        return cls([], ForwardCalibration.for_widths(largest_k + 1))
+
+    @property
+    def largest_k(self) -> int:
+        """The largest k the table is for."""
+        return len(self.calibration.seen if self.calibration is not None else self.verify_seconds) - 1
+
+    def covers(self, width: int) -> bool:
+        """Whether the forwards of every k up to `width` were timed."""
+        return width < len(self.verify_seconds)
+
+    def observe_forward(self, k: int, seconds: float) -> None:
+        """Count a forward of an iteration that chose `k` drafts while the table is calibrated (the drafter may have
+        proposed fewer: what choosing k costs is what is timed); `verify_seconds` grows as the widths from 0 up
+        complete, made non-decreasing in the width (feeding more tokens never costs less; pool-adjacent-violators)."""
+        calibration = self.calibration
+        calibration.record(k, seconds)
+        complete = calibration.complete_widths()
+        if complete > len(self.verify_seconds):
+            self.verify_seconds = non_decreasing(calibration.least[:complete])
+            self.__dict__.pop("forward_per_draft", None)  # derived from `verify_seconds`
+            self._step_costs_memo = None
+            if complete == len(calibration.seen):
+                self.calibration = None
 
     @property
     def per_draft(self) -> float:
@@ -198,7 +277,7 @@ class IterationCostTable:
     @functools.cached_property
     def forward_per_draft(self) -> float:
         """What a draft more costs the verifier's forward: the least-squares slope of the calibrated widths (never
-        below 0); `verify_seconds` is fixed once calibrated."""
+        below 0; forgotten when `verify_seconds` grows)."""
         return max(_slope(self.verify_seconds), 0.0)
 
     def step_costs(self, width: int) -> list[float]:
@@ -253,7 +332,7 @@ class IterationCostTable:
         plain = self.verify_seconds[0] if plain is None else plain
         # above k = 1: the steps' costs summed (the table's largest k, so that every recorded k has its offset)
         offsets = [0.0]
-        for cost in self.step_costs(len(self.verify_seconds) - 1):
+        for cost in self.step_costs(self.largest_k):
             offsets.append(offsets[-1] + cost)
         base = _lower_quartile([seconds - offsets[k - 1] for k, seconds in self.drafting_recent])
         base = plain if base is None else base
@@ -345,16 +424,13 @@ class DraftLengthSchedule:
             per_rule = {}
         self.acceptance, self._call_choices = per_rule.setdefault(rule, (AcceptanceEstimate(), {}))
         self._table: IterationCostTable | None = None
-        # this call's choices of its width (None: no table at its start, the call calibrates it)
+        # this call's choices of its width (None: its table was being calibrated when the call started)
         self._call_choices_now: CallChoices | None = None
         # the kind of this call its choices chose (and its place in a head-to-head)
         self._call: ChosenCall | None = None
         self._call_started: float | None = None
-        self._calibrated_in_call = False
-        self._calibration_seconds = 0.0  # spent calibrating in this call (not the call's decoding)
-        # whether this iteration runs untimed, on the last table's choice, at a width this call found no table for after
-        # calibrating another
-        self._untimed = False
+        # whether this iteration's verifier forward is timed for its table's calibration (`run_verification`)
+        self._times_forward = False
         self._plain_streak = 0
         self._probe_interval = _FIRST_PROBE_INTERVAL
         self._probing = False
@@ -372,17 +448,25 @@ class DraftLengthSchedule:
     def _table_key(self, rows: int) -> tuple:
         return (_rows_bucket(rows), self._device_name, self.max_draft_tokens)
 
-    def drafts_this_call(self, rows: int) -> bool:
+    def drafts_this_call(self, rows: int, largest_k: int | None = None) -> bool:
         """Whether a call of `rows` rows runs the speculative loop at all, or decodes plainly (no drafter).
 
-        Without a cost table of this batch width, the loop runs and calibrates one. Then the calls of this width
-        decide ([`CallChoices.next_call`]), and before three of each kind were timed the table does: drafting when
-        some k ≥ 1 is expected to beat a plain step (as plain calls measured it, [`observe_plain_call`]; before any,
-        the verifier's forward alone).
+        Until the cost table of this batch width is calibrated (up to the largest k the call may take), the loop runs
+        and calibrates it. Then the calls of this width decide ([`CallChoices.next_call`]), and before three of each
+        kind were timed the table does: drafting when some k ≥ 1 is expected to beat a plain step (as plain calls
+        measured it, [`observe_plain_call`]; before any, the verifier's forward alone).
+
+        Args:
+            rows (`int`): The call's rows.
+            largest_k (`int`, *optional*): The largest k the call's length budget allows (calls that never reach a
+                wider k cannot time its forward, and need not wait for it); default: any.
         """
         key = self._table_key(rows)
         table = self._tables.get(key)
-        if table is None:  # nothing measured at this width: the loop calibrates it
+        if table is None:  # the loop calibrates it
+            return True
+        needed = table.largest_k if largest_k is None else min(max(largest_k, 1), table.largest_k)
+        if not table.covers(needed):  # the loop goes on calibrating it
             return True
         self._table = table
         choices = self._call_choices.setdefault(key, CallChoices())
@@ -412,54 +496,51 @@ class DraftLengthSchedule:
 
     def start_drafting_call(self) -> None:
         """Start timing a call that drafts (after `drafts_this_call` said so), before the drafter's set-up."""
-        self._calibrated_in_call, self._calibration_seconds = False, 0.0
         synchronize(self.device)
         self._call_started = _clock()
 
     def observe_drafting_call(self, steps: int) -> None:
-        """End the timing of a drafting call whose output took `steps` steps (what a plain call would have taken),
-        less the calibration it ran at a smaller width once rows finished (its timed forwards are not decoding; at
-        narrower widths without a table it went on drafting with the last table's k, `next_k`); not recorded for a
-        call that calibrated the width it started at (no choices were made for it)."""
+        """End the timing of a drafting call whose output took `steps` steps (what a plain call would have taken);
+        not recorded for a call that started while its width's table was calibrated (no choices were made for it)."""
         synchronize(self.device)
         if steps > 0 and self._call_choices_now is not None:
-            seconds = _clock() - self._call_started - self._calibration_seconds
-            self._call_choices_now.record(self._call, True, seconds / steps)
+            self._call_choices_now.record(self._call, True, (_clock() - self._call_started) / steps)
 
-    def _calibrate(self, key: tuple, measure: Callable[[int], float]) -> IterationCostTable:
-        """A new cost table under `key`, its calibration's time counted as not this call's decoding."""
-        synchronize(self.device)  # decoding work still queued is the call's, not the calibration's
-        started = _clock()
-        table = IterationCostTable(calibrate(measure, self.max_draft_tokens + 1))
-        self._calibration_seconds += _clock() - started
-        self._tables[key] = table
-        self._calibrated_in_call = True
-        return table
-
-    def next_k(self, rows: int, limit: int, measure: Callable[[int], float]) -> int:
+    def next_k(self, rows: int, limit: int) -> int:
         """This iteration's k (at most `limit`), and the start of its timing.
 
-        A call calibrates at most one batch width: when rows finish into a width without a table after the call
-        calibrated one, the last table's choice of k stands in there (untimed, counted in no table or acceptance
-        count), and a later call meeting that width calibrates it.
+        Until the forwards of every k up to this iteration's largest were timed in the table of its batch width, the
+        iteration calibrates it: it takes the k [`ForwardCalibration.next_width`] says, and the loop times its
+        forward (`run_verification`). The iterations of a table's calibration decode like any other; they only take
+        every k in turn, and a call's first iteration (whose forward also projects the source) is not timed.
 
         Args:
             rows (`int`): Active rows.
             limit (`int`): The largest k this iteration may take (length and position limits).
-            measure (`Callable[[int], float]`): Times one verifier forward with w drafts at the cache's state, for a
-                batch width not calibrated yet.
         """
         key = self._table_key(rows)
         table = self._tables.get(key)
-        self._untimed = table is None and self._calibrated_in_call  # `_table` is the one it calibrated
-        if self._untimed:  # no call pays for two calibrations
-            table = self._table
-        elif table is None:
-            table = self._calibrate(key, measure)
+        if table is None:
+            table = self._tables[key] = IterationCostTable.uncalibrated(self.max_draft_tokens)
         if table is not self._table or rows != self._rows:  # rows finished: no pair across the two widths
             self._previous = None
         self._table, self._rows = table, rows
         width = min(limit, self.max_draft_tokens)
+        # a call's first forward also projects the source: not what a forward of its width costs
+        self._times_forward = not table.covers(width) and not self._first_iteration
+        if table.covers(width):
+            self._k = self._chosen_k(table, width)
+        else:
+            self._probing = False
+            self._k = table.calibration.next_width(width)
+        synchronize(self.device)
+        self._started = _clock()
+        return self._k
+
+    def _chosen_k(self, table: IterationCostTable, width: int) -> int:
+        """The k of an iteration whose table covers every k up to `width`: the best by its costs and the acceptance
+        counts (chosen again every few iterations), a probe of drafting now and then while k = 0 wins, and a
+        neighbour of the best k now and then."""
         # the measurements move a little with each iteration and the choice seldom: choosing costs a Python pass over
         # the readings (tens of microseconds between a step's kernels), so it is made again every few iterations
         chosen_for = self._chosen_for
@@ -483,13 +564,22 @@ class DraftLengthSchedule:
             k = self._choice[1]
         elif k > 0:  # drafting pays again: probe early the next time it stops paying
             self._probe_interval = _FIRST_PROBE_INTERVAL
-        if k > 0 and not self._untimed:
+        if k > 0:
             table.drafting_iterations += 1
             k = _neighbour_now_and_then(k, width, table.drafting_iterations)
-        self._k = k
-        synchronize(self.device)
-        self._started = _clock()
         return k
+
+    def run_verification(self, forward: Callable[[], _Result]) -> _Result:
+        """Run this iteration's verifier `forward` and return what it returns, timing it where the iteration
+        calibrates its table (`next_k`)."""
+        if not self._times_forward:
+            return forward()
+        synchronize(self.device)
+        started = _clock()
+        result = forward()
+        synchronize(self.device)
+        self._table.observe_forward(self._k, _clock() - started)
+        return result
 
     def observe(self, accepted: Sequence[int]) -> None:
         """End the iteration's timing (the loop has read its outcome on the host: the device is done) and count
@@ -502,8 +592,6 @@ class DraftLengthSchedule:
             accepted (`Sequence[int]`): Per active row, the drafts it accepted. Every row counts as scheduled for
                 the k chosen: drafts a drafter declined to propose are worth as little as rejected ones.
         """
-        if self._untimed:  # a width without a table (`next_k`)
-            return
         seconds = _clock() - self._started
         if not self._first_iteration:  # the first forward of a call also projects the source for cross-attention
             self._previous = self._table.observe(self._k, seconds, self._previous)
@@ -534,30 +622,6 @@ def _neighbour_now_and_then(k: int, width: int, drafting_iterations: int) -> int
     if not 1 <= k + step <= width:
         step = -step
     return k + step
-
-
-def time_forward(forward: Callable[[], None], device: torch.device) -> float:
-    """The time of one call of `forward()`, in seconds (waiting for the device before and after)."""
-    synchronize(device)
-    start = _clock()
-    forward()
-    synchronize(device)
-    return _clock() - start
-
-
-def calibrate(measure: Callable[[int], float], widths: int) -> list[float]:
-    """The verifier forward's time for each width `0..widths - 1`: one untimed round (first calls of a shape pay
-    one-off kernel set-up), then timed rounds over all widths in turn, so that a slow moment of the machine spreads
-    over the widths rather than landing on one; the least time per width (a timing is only ever slowed by what
-    else runs), made non-decreasing in the width (feeding more tokens never costs less; pool-adjacent-violators).
-    """
-    for width in range(widths):
-        measure(width)
-    best = [measure(width) for width in range(widths)]
-    for _ in range(_CALIBRATION_ROUNDS - 1):
-        for width in range(widths):
-            best[width] = min(best[width], measure(width))
-    return non_decreasing(best)
 
 
 def non_decreasing(values: Sequence[float]) -> list[float]:

@@ -24,6 +24,7 @@ tokens, so causal attention never sees it; the cropped cache holds only committe
 
 from __future__ import annotations
 
+import functools
 import operator
 from typing import NamedTuple
 
@@ -43,7 +44,7 @@ from ..acceptance import (
 )
 from ..drafting import Drafter
 from .aligned_rows import criteria_read_scores, reads_row_index, stop_aligned
-from .draft_length import DraftLengthSchedule, time_forward
+from .draft_length import DraftLengthSchedule
 from .loop_state import ActiveBatch, LoopResult, RowContext, Rows, SpeculativeLoopConfig
 from .position_processing import process_every_position
 from .processor_gating import check_processor_arguments, processors_acting_on
@@ -141,9 +142,7 @@ def run_speculative_loop(
         k = _iteration_k(config, batch, position_limit, state_layers, context.verifier_states)
         scheduled = draft_length_schedule is not None and k > 0
         if scheduled:
-            k = draft_length_schedule.next_k(
-                len(rows.active), k, _verify_timer(verifier, context, cache, cache_length, batch, config, causal_masks)
-            )
+            k = draft_length_schedule.next_k(len(rows.active), k)
         elif draft_length_schedule is not None:
             draft_length_schedule.skip()
         # 1. Draft
@@ -152,10 +151,11 @@ def run_speculative_loop(
         )
         if config.pad_finished_rows and any(done_list):  # aligned rows: a finished row is fed pad, as greedy does
             drafts = torch.where(done.unsqueeze(1), config.pad_token_id, drafts)
-        # 2. Verify
-        logits, fed_length = verify(
-            verifier, context, cache, cache_length, batch, drafts, state_layers, config, causal_masks
+        # 2. Verify (timed by the schedule while it calibrates what a forward costs)
+        verification = functools.partial(
+            verify, verifier, context, cache, cache_length, batch, drafts, state_layers, config, causal_masks
         )
+        logits, fed_length = draft_length_schedule.run_verification(verification) if scheduled else verification()
         # 3. Accept, each row within its budget: the drafts it verified and its length limit
         budgets = _budgets(batch.lengths, drafts.shape[1], verify_counts, config)
         acting = processors_acting_on(logits_processor, batch.shortest, batch.longest + drafts.shape[1])
@@ -266,30 +266,6 @@ def _iteration_k(
     if state_layers and verifier_states is None and batch.longest > 1:
         return 0
     return max(k, 0)
-
-
-def _verify_timer(
-    verifier,
-    context: RowContext,
-    cache: EncoderDecoderCache,
-    cache_length: int,
-    batch: ActiveBatch,
-    config: SpeculativeLoopConfig,
-    causal_masks: CausalMaskTable,
-):
-    """`measure(width)`: the time of this iteration's verifier forward with `width` drafts, on the cache as it is
-    (cropped back after each forward; the drafts are stand-ins, only the time is read)."""
-
-    def measure(width: int) -> float:
-        drafts = batch.committed[:, :1].expand(-1, width)
-
-        def forward() -> None:
-            _, fed_length = verify(verifier, context, cache, cache_length, batch, drafts, None, config, causal_masks)
-            cache.crop(cache_length - fed_length)
-
-        return time_forward(forward, batch.committed.device)
-
-    return measure
 
 
 def _budgets(

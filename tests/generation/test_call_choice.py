@@ -270,38 +270,29 @@ def test_drafting_calls_clearly_slower_than_plain_ones_are_probed_rarely():
     assert decisions == [False] * 16 + [True]
 
 
-def test_a_drafting_call_is_timed_per_step_less_its_calibration(clock):
-    """A call that calibrated the width it started at is not timed (no choices were made for it); one that
-    calibrated a smaller width once rows finished is timed without the calibration's forwards."""
+def test_a_drafting_call_is_timed_per_step_whole_unless_its_width_was_calibrated(clock):
+    """A call that started while its width's table was calibrated is not timed (no choices were made for it); one
+    whose rows finished into a width being calibrated is timed whole (those iterations decoded too)."""
     schedule = DraftLengthSchedule(object, None, 2, (1, 0.0, False), torch.device("cpu"))
     assert schedule.drafts_this_call(1)  # no table yet: this call calibrates it
     schedule.start_drafting_call()
     schedule.observe_drafting_call(4)
+    assert not schedule._call_choices
     schedule._tables[(1, "cpu", 2)] = IterationCostTable([1.0, 1.1, 1.2])
     assert schedule.drafts_this_call(1)
     schedule.start_drafting_call()
     clock.spend(7.0)  # 8 units from start to end: 2 per step of 4
     schedule.observe_drafting_call(4)
     assert list(schedule._call_choices[(1, "cpu", 2)].drafting_call_steps) == [2.0]
-    # rows finished and a smaller width was calibrated during the call: its time is not decoding's
     schedule._tables[(4, "cpu", 2)] = IterationCostTable([1.0, 1.1, 1.2])
     assert schedule.drafts_this_call(4)
     schedule.start_drafting_call()
-    clock.spend(3.0)
-
-    def measure(width):
-        clock.spend(10.0)  # a forward of the calibration
-        return 1.0
-
-    schedule.next_k(2, 2, measure)  # its first iteration at width 2 calibrates it: 9 forwards, 90 units timed as 91
-    clock.spend(2.0)  # (each reading of the test clock adds one: the calibration's two, the iteration's start)
-    schedule.observe_drafting_call(4)  # 99 units from start to end less the 91: 2 per step of 4
-    assert list(schedule._call_choices[(4, "cpu", 2)].drafting_call_steps) == [2.0]
-    assert schedule.drafts_this_call(4)  # the schedule used for a call more: no calibration left over from the last
-    schedule.start_drafting_call()
-    clock.spend(11.0)
+    assert schedule.next_k(2, 2) == 0  # rows finished into width 2: its table is calibrated, from k = 0
+    schedule.observe([0, 0])
+    clock.spend(5.0)  # 8 units from start to end, the iteration's two readings included
     schedule.observe_drafting_call(4)
-    assert list(schedule._call_choices[(4, "cpu", 2)].drafting_call_steps) == [2.0, 3.0]
+    assert list(schedule._call_choices[(4, "cpu", 2)].drafting_call_steps) == [2.0]
+    assert not schedule._tables[(2, "cpu", 2)].covers(0)
 
 
 def test_the_cost_table_is_asked_only_until_both_kinds_were_timed():

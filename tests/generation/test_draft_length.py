@@ -13,8 +13,8 @@ from specdec_hf.generation import draft_length
 from specdec_hf.generation.draft_length import (
     AcceptanceEstimate,
     DraftLengthSchedule,
+    ForwardCalibration,
     IterationCostTable,
-    calibrate,
     choose_draft_length,
     non_decreasing,
 )
@@ -39,6 +39,18 @@ pytestmark = pytest.mark.usefixtures("fresh_draft_length_measurements")
 
 def _generate_auto(model, inputs, drafter, **kwargs):
     return generate_with_drafter(model, inputs, drafter, num_draft_tokens="auto", **kwargs)
+
+
+def _calibrate(model, inputs, drafter, **kwargs) -> None:
+    """Call `generate()` with `"auto"` until the cost table of the batch's width is calibrated (in the loop's own
+    iterations: over one call or several, by how many iterations a call runs)."""
+    rows = inputs["input_ids"].shape[0]
+    for _ in range(30):
+        _generate_auto(model, inputs, drafter, **kwargs)
+        tables = draft_length._COST_TABLES[drafter][model]
+        if any(key[0] == draft_length._rows_bucket(rows) and not table.calibration for key, table in tables.items()):
+            return
+    raise AssertionError("the table of the batch's width was not calibrated in 30 calls")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -178,7 +190,7 @@ def test_the_schedule_pairs_only_consecutive_timed_drafting_iterations_of_one_ta
     ks = []
 
     def iteration(rows=1):
-        k = schedule.next_k(rows, 4, measure=lambda width: 1.0)
+        k = schedule.next_k(rows, 4)
         clock.spend(0.1 * k)  # a draft costs 0.1 on the test clock
         schedule.observe([k] * rows)
         ks.append(k)
@@ -211,7 +223,7 @@ def test_the_schedule_pairs_only_consecutive_timed_drafting_iterations_of_one_ta
     later = DraftLengthSchedule(object, drafter_key, 4, (1, 0.0, False), torch.device("cpu"))
     assert later._tables[(1, "cpu", 4)] is table  # the process's tables, per drafter and verifier
     assert not DraftLengthSchedule(object, StepClock(), 4, (1, 0.0, False), torch.device("cpu"))._tables
-    later.next_k(1, 4, measure=lambda width: 1.0)
+    later.next_k(1, 4)
     assert table.drafting_iterations == count + 1
 
 
@@ -242,64 +254,92 @@ def test_costs_are_made_non_decreasing_in_the_width():
     assert non_decreasing([1.0, 2.0]) == [1.0, 2.0]
 
 
-def test_calibration_keeps_the_least_time_of_each_width_and_skips_the_first_round():
-    calls = []
+def test_a_calibration_keeps_the_least_timed_forward_of_each_width_after_its_first():
+    calibration = ForwardCalibration.for_widths(3)
+    assert calibration.complete_widths() == 0
+    order = []
+    readings = {0: [100.0, 1.0, 1.5], 1: [100.0, 52.0, 2.0], 2: [100.0, 3.0, 3.5]}  # one slow reading of width 1
+    while calibration.complete_widths() < 3:
+        width = calibration.next_width(2)
+        order.append(width)
+        calibration.record(width, readings[width][calibration.seen[width]])
+    # round by round, from the narrowest, then from the widest: the cache grows over a call
+    assert order == [0, 1, 2, 2, 1, 0, 0, 1, 2]
+    assert calibration.least == [1.0, 2.0, 3.0]  # each width's first forward untimed, its least kept
+    partial = ForwardCalibration.for_widths(3)
+    assert [partial.next_width(1) for _ in range(1)] == [0]  # never above the largest width asked for
+    partial.record(0, 1.0), partial.record(1, 1.0)
+    assert partial.next_width(1) == 1  # the next round, from the widest of those asked for
 
-    def measure(width):
-        calls.append(width)
-        first_round = len(calls) <= 3
-        slow_moment = len(calls) == 5  # one slow reading of width 1 in a timed round
-        return 100.0 if first_round else 1.0 + width + (50.0 if slow_moment else 0.0)
 
-    assert calibrate(measure, 3) == [1.0, 2.0, 3.0]
-    assert calls[:6] == [0, 1, 2, 0, 1, 2]  # rounds over every width in turn
+def test_a_table_grows_its_forwards_from_width_zero_up_as_they_complete():
+    table = IterationCostTable.uncalibrated(2)
+    assert table.largest_k == 2 and not table.covers(0) and table.calibration is not None
+    for width, seconds in [(0, 9.0), (1, 9.0), (2, 9.0), (2, 3.0), (1, 2.5), (0, 1.0), (0, 1.0), (1, 2.5)]:
+        table.observe_forward(width, seconds)
+    # widths 0 and 1 ran all their forwards, width 2 one timed of two: the table covers k up to 1
+    assert table.covers(1) and not table.covers(2) and table.verify_seconds == [1.0, 2.5]
+    assert table.forward_per_draft == pytest.approx(1.5)
+    table.observe_forward(2, 2.0)  # cheaper than width 1: made non-decreasing
+    assert table.calibration is None and table.covers(2)
+    assert table.verify_seconds == [1.0, 2.25, 2.25]
+    assert table.forward_per_draft == pytest.approx(0.625)  # derived again from the grown forwards
 
 
-def test_a_call_calibrates_at_most_one_batch_width(clock):
-    """Rows finish into a width without a table after the call calibrated its own: there the last table's choice of k
-    stands in, untimed (no second calibration, no reading in any table, no acceptance counted, no neighbouring k); a
-    width with a table is timed again, never paired with a reading of another width; the next call meeting the
-    width without a table calibrates it."""
+def test_a_table_is_calibrated_in_the_loops_own_iterations(clock):
+    """A batch width without a cost table takes every k in turn, its forwards timed where the loop runs them (not
+    the call's first iteration), with no forward of its own; calls starting while it is calibrated are not whole-call
+    choices; a width rows finish into is calibrated the same way; once complete, k is chosen from the table."""
     verifier, drafter = WeakKey(), WeakKey()
-    measured = []
-
-    def measure(width):
-        measured.append(width)
-        return 1.0
-
     schedule = DraftLengthSchedule(verifier, drafter, 2, (1, 0.0, False), torch.device("cpu"))
     schedule.acceptance.update(2, [2] * 500)  # drafts sure: drafting pays
-    assert schedule.drafts_this_call(4)  # no table yet: this call calibrates one
+
+    def iteration(rows: int, limit: int = 2) -> int:
+        k = schedule.next_k(rows, limit)
+        forwards = []
+        schedule.run_verification(lambda: forwards.append(k))  # the loop's forward, timed or not
+        assert forwards == [k]  # run once, by the schedule
+        schedule.observe([k] * rows)
+        return k
+
+    assert schedule.drafts_this_call(4)  # no table yet: the loop calibrates it
     schedule.start_drafting_call()
-    ks = []
-    for _ in range(2):  # the call's first iteration is not recorded; the second is, and waits for its pair
-        ks.append(schedule.next_k(4, 2, measure))
-        schedule.observe([2] * 4)
-    calibrations = len(measured)
-    assert calibrations > 0 and ks[0] > 0 and schedule._previous is not None
+    ks = [iteration(4) for _ in range(10)]
     table = schedule._tables[(4, "cpu", 2)]
-    readings = (list(table.plain_recent), list(table.drafting_recent), list(table.per_draft_recent))
-    counts = (list(schedule.acceptance.verified), list(schedule.acceptance.accepted), table.drafting_iterations)
-    for _ in range(6):  # two rows finished: width 2, no table
-        assert schedule.next_k(2, 2, measure) == ks[0]  # the width-4 table's choice, never a neighbour
-        schedule.observe([0, 0])
-    assert len(measured) == calibrations and (2, "cpu", 2) not in schedule._tables
-    assert (list(table.plain_recent), list(table.drafting_recent), list(table.per_draft_recent)) == readings[:3]
-    assert (
-        list(schedule.acceptance.verified),
-        list(schedule.acceptance.accepted),
-        table.drafting_iterations,
-    ) == counts
-    schedule._tables[(1, "cpu", 2)] = narrow = IterationCostTable([1.0, 1.1, 1.2])
-    assert schedule.next_k(1, 2, measure) > 0  # a width with a table after the untimed stretch: timed again
-    schedule.observe([2])
-    assert len(narrow.drafting_recent) == 1 and not narrow.per_draft_recent  # no pair across the widths
-    assert len(table.per_draft_recent) == len(readings[2])
+    # the first iteration is not timed: width 0 again, then round by round
+    assert ks == [0, 0, 1, 2, 2, 1, 0, 0, 1, 2] and table.calibration is None
+    assert table.verify_seconds == [1.0, 1.0, 1.0]  # the step clock: one unit a forward
+    assert schedule.next_k(4, 2) == 2  # chosen from the table now: sure drafts
+    schedule.observe([2] * 4)
+    schedule.observe_drafting_call(10)
+    assert (4, "cpu", 2) not in schedule._call_choices  # started while calibrating: no choice made
+    # rows finished into a width without a table: it is calibrated as decoding goes on
+    assert iteration(2) == 0 and not schedule._tables[(2, "cpu", 2)].covers(0)
+    assert iteration(2, limit=1) == 1  # the next round goes as high as the length limit allows
+    assert schedule._tables[(2, "cpu", 2)].calibration.seen == [1, 1, 0]
     later = DraftLengthSchedule(verifier, drafter, 2, (1, 0.0, False), torch.device("cpu"))
-    assert later.drafts_this_call(4)
-    later.start_drafting_call()
-    later.next_k(2, 2, measure)  # the next call reaching width 2 calibrates it
-    assert len(measured) > calibrations and (2, "cpu", 2) in later._tables
+    assert later.drafts_this_call(2)  # still calibrated: drafting, as no choice is made
+    assert later._call_choices_now is None
+    later.drafts_this_call(4)
+    assert later._call_choices_now is not None  # a table: the calls choose
+
+
+def test_calls_that_cannot_reach_the_wider_k_choose_once_the_k_they_reach_are_calibrated(clock):
+    """A call whose length budget allows k ≤ 2 never times the forwards of k = 3 or 4: once those up to 2 are, its
+    kind is chosen (else short calls would draft without a choice for ever); calls of a larger budget wait for all."""
+    schedule = DraftLengthSchedule(WeakKey(), WeakKey(), 4, (1, 0.0, False), torch.device("cpu"))
+    table = schedule._tables[(1, "cpu", 4)] = IterationCostTable.uncalibrated(4)
+    for width in (0, 1, 2):
+        for _ in range(1 + draft_length._CALIBRATION_ROUNDS):
+            table.observe_forward(width, 1.0 + width)
+    assert table.covers(2) and not table.covers(3)
+    assert schedule.drafts_this_call(1, largest_k=10) and schedule._call_choices_now is None  # waits for k = 3, 4
+    schedule.drafts_this_call(1, largest_k=2)
+    assert schedule._call_choices_now is not None  # chosen: a plain or a drafting call, by the table
+    later = DraftLengthSchedule(WeakKey(), WeakKey(), 4, (1, 0.0, False), torch.device("cpu"))
+    later._tables[(1, "cpu", 4)] = IterationCostTable.uncalibrated(4)
+    later._tables[(1, "cpu", 4)].observe_forward(0, 1.0)
+    assert later.drafts_this_call(1, largest_k=0) and later._call_choices_now is None  # k = 1 never timed: waits
 
 
 def test_acceptance_estimate_starts_from_its_prior_and_follows_the_counts():
@@ -328,26 +368,26 @@ def test_k_is_chosen_again_every_few_iterations_and_when_the_limit_changes():
     table.drafting_iterations = no_neighbour
     ks = []
     for _ in range(draft_length._RECHOOSE_INTERVAL):
-        ks.append(schedule.next_k(1, 4, measure=lambda width: 1.0))
+        ks.append(schedule.next_k(1, 4))
         schedule.observe([4])
         schedule.acceptance.update(4, [0] * 5000)  # drafts now never accepted: plain steps pay more
         table.drafting_iterations = no_neighbour
     # the choice holds after the counts changed, until it is made again
     assert ks == [4] * draft_length._RECHOOSE_INTERVAL and draft_length._RECHOOSE_INTERVAL > 1
-    assert schedule.next_k(1, 4, measure=lambda width: 1.0) == 0  # made again: no draft pays
+    assert schedule.next_k(1, 4) == 0  # made again: no draft pays
     schedule.observe([0])
     schedule.acceptance.update(4, [4] * 100_000)  # sure again
-    assert schedule.next_k(1, 3, measure=lambda width: 1.0) == 3  # a new limit: chosen at once
+    assert schedule.next_k(1, 3) == 3  # a new limit: chosen at once
     schedule.observe([3])
-    assert schedule.next_k(1, 4, measure=lambda width: 1.0) == 4
+    assert schedule.next_k(1, 4) == 4
     schedule.observe([4])
-    assert schedule.next_k(1, 2, measure=lambda width: 1.0) == 2  # a smaller limit never takes the kept k = 4
+    assert schedule.next_k(1, 2) == 2  # a smaller limit never takes the kept k = 4
     schedule.observe([2])
     other = IterationCostTable([1.0, 1.1, 1.2, 1.3, 1.4])
     schedule._tables[(2, "cpu", 4)] = other
     schedule.acceptance.update(4, [0] * 10_000_000)  # never accepted now
     # another batch-width bucket at the same limit: chosen at once
-    assert schedule.next_k(2, 2, measure=lambda width: 1.0) == 0
+    assert schedule.next_k(2, 2) == 0
 
 
 def test_a_useless_drafter_is_probed_less_and_less_often():
@@ -356,7 +396,7 @@ def test_a_useless_drafter_is_probed_less_and_less_often():
     schedule._tables[(1, "cpu", 2)] = table
     choices = []
     for _ in range(120):
-        k = schedule.next_k(1, 2, measure=lambda width: pytest.fail("the table is given"))
+        k = schedule.next_k(1, 2)
         choices.append(k)
         schedule.observe([0])
         # pin the costs the timing would read
@@ -407,7 +447,7 @@ def test_a_call_where_drafting_cannot_pay_decodes_plainly_and_probes_now_and_the
     inputs = make_source_batch(batch_size, seed=4, pad_token_id=model.config.pad_token_id)
     reference = model.generate(**inputs, **GREEDY, max_new_tokens=30, output_scores=True, return_dict_in_generate=True)
     drafter = SlowWrongDrafter(reference.sequences, VOCAB_SIZE, 4, "wrong", clock=clock)
-    _generate_auto(model, inputs, drafter, max_new_tokens=30)  # measures this width, learns the drafts are worthless
+    _calibrate(model, inputs, drafter, max_new_tokens=30)  # measures this width, learns the drafts are worthless
     drafted_calls = []
     for _ in range(10):
         output = _generate_auto(model, inputs, drafter, max_new_tokens=30, output_scores=True)
@@ -467,23 +507,21 @@ def test_every_k_in_turn_with_a_state_reading_drafter_and_finishing_rows_equals_
     cycle = iter(range(10**6))
     monkeypatch.setattr(draft_length, "choose_draft_length", lambda costs, *args, **kwargs: next(cycle) % len(costs))
     monkeypatch.setattr(draft_length, "_neighbour_now_and_then", lambda k, width, iteration: k)
-    monkeypatch.setattr(draft_length.DraftLengthSchedule, "drafts_this_call", lambda schedule, rows: True)
-    for _ in range(3):  # a call calibrates one batch width: up to three calls, one width each, before the one checked
-        assert torch.equal(_generate_auto(model, inputs, drafter, max_new_tokens=16).sequences, reference)
+    monkeypatch.setattr(draft_length.DraftLengthSchedule, "drafts_this_call", lambda schedule, *args: True)
     chosen = []
     next_k = draft_length.DraftLengthSchedule.next_k
 
-    def recording_next_k(schedule, rows, limit, measure):
-        k = next_k(schedule, rows, limit, measure)
-        chosen.append((rows, k, schedule._untimed))
+    def recording_next_k(schedule, rows, limit):
+        k = next_k(schedule, rows, limit)
+        chosen.append((rows, k))
         return k
 
     monkeypatch.setattr(draft_length.DraftLengthSchedule, "next_k", recording_next_k)
-    output = _generate_auto(model, inputs, drafter, max_new_tokens=16)
-    assert torch.equal(output.sequences, reference)
+    for _ in range(2):  # the tables of the widths met calibrated (k in turn), then chosen (k cycled by the patch)
+        output = _generate_auto(model, inputs, drafter, max_new_tokens=16)
+        assert torch.equal(output.sequences, reference)
     assert len(set(lengths.tolist())) > 1  # rows finished at different steps
-    assert not any(untimed for _, _, untimed in chosen)  # every width it met had its table: k cycled at each
-    assert len({rows for rows, _, _ in chosen}) > 1 and len({k for _, k, _ in chosen}) >= 3, chosen
+    assert len({rows for rows, _ in chosen}) > 1 and len({k for _, k in chosen}) >= 3, chosen
     stats = output.speculative_stats
     assert 0 < stats.drafter_calls < stats.verifier_calls  # some iterations drafted, others stepped alone
 
@@ -624,7 +662,7 @@ def test_a_plain_call_counts_a_row_stopped_without_eos_up_to_its_stop(clock, eos
     reference = model.generate(**inputs, **GREEDY, max_new_tokens=30, stopping_criteria=criteria)
     assert (reference[0, 6:] == model.config.pad_token_id).all()  # greedy padded the first row after its stop
     drafter = SlowWrongDrafter(reference, VOCAB_SIZE, 4, "wrong", clock=clock)
-    _generate_auto(model, inputs, drafter, max_new_tokens=30, stopping_criteria=criteria)  # learns: drafts worthless
+    _calibrate(model, inputs, drafter, max_new_tokens=30, stopping_criteria=criteria)  # learns: drafts worthless
     output = _generate_auto(model, inputs, drafter, max_new_tokens=30, stopping_criteria=criteria)
     assert torch.equal(output.sequences, reference)
     stats = output.speculative_stats

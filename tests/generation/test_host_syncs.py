@@ -150,15 +150,18 @@ def _called_name(call: ast.Call) -> str | None:
 
 
 def _per_iteration_code() -> list[ast.AST]:
-    """The body of the loop's `while`, and every function of those modules it reaches by name (the adapter's
-    `propose` and `select_rows` among them)."""
+    """The body of the loop's `while`, and every function of those modules it reaches by name, called or handed on
+(`functools.partial(verify, ...)`) (the adapter's `propose` and `select_rows` among them)."""
     source = textwrap.dedent(inspect.getsource(specdec_hf.generation.speculative_loop.run_speculative_loop))
     loop = next(node for node in ast.walk(ast.parse(source)) if isinstance(node, ast.While))
     functions = _functions()
     reached, pending, seen = [loop], [loop], set()
     while pending:
         for node in ast.walk(pending.pop()):
-            name = _called_name(node) if isinstance(node, ast.Call) else None
+            if isinstance(node, ast.Call):
+                name = _called_name(node)
+            else:
+                name = node.id if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) else None
             if name in functions and name not in seen:
                 seen.add(name)
                 reached += functions[name]
