@@ -151,7 +151,7 @@ def _called_name(call: ast.Call) -> str | None:
 
 def _per_iteration_code() -> list[ast.AST]:
     """The body of the loop's `while`, and every function of those modules it reaches by name, called or handed on
-(`functools.partial(verify, ...)`) (the adapter's `propose` and `select_rows` among them)."""
+    (`functools.partial(verify, ...)`) (the adapter's `propose` and `select_rows` among them)."""
     source = textwrap.dedent(inspect.getsource(specdec_hf.generation.speculative_loop.run_speculative_loop))
     loop = next(node for node in ast.walk(ast.parse(source)) if isinstance(node, ast.While))
     functions = _functions()
