@@ -2,11 +2,13 @@
 the en→de pair, held-out rows sorted by length in batches, greedy and `"auto"` decoding each batch in turn, passes
 over the same batches, and busy processes started before chosen passes and stopped after them.
 
-Per pass: each rule's time against greedy's (the sum over the pass's batches, all timed in the same pass), which
-calls drafted (`D`) and which decoded plainly (`.`), and the outputs' agreement with greedy. With `--compare`,
-another `draft_length.py` (a candidate rule or an older revision: `git show <rev>:specdec_hf/generation/draft_length.py
-> /tmp/rule/draft_length.py`, and from 2026-12-05 its `call_choice.py` into the same folder) decodes the same batches
-too, its measurements its own; the rules and greedy rotate their order from batch to batch. The figures of passes under load say how a rule bears it; those after, whether it recovers.
+Per pass: each rule's time against greedy's (the sum over the pass's batches, all timed in the same pass), which calls
+drafted (`D`) and which decoded plainly (`.`), and the outputs' agreement with greedy. With `--compare`, another
+`draft_length.py` (a candidate rule or an older revision: `git show <rev>:specdec_hf/generation/draft_length.py >
+/tmp/rule/draft_length.py`, and its `call_choice.py` into the same folder) decodes the same batches too, its
+measurements its own; only revisions from 157d93a on fit the package's loop (earlier ones timed stand-in forwards
+through a `measure` the loop no longer passes to `next_k`); the rules and greedy rotate their order from batch to batch.
+The figures of passes under load say how a rule bears it; those after, whether it recovers.
 
     python -m lab.call_choice_burst --passes 12 --burst 2 3 --compare /tmp/rule/draft_length.py
 
@@ -125,7 +127,7 @@ def main() -> None:
     finally:
         _stop(busy)  # on an error or an interrupt too: nothing busy left behind
         api.DraftLengthSchedule = draft_length.DraftLengthSchedule
-    # after the last burst, or after the first pass (each width's cost table calibrated in it) without one
+    # after the last burst, or after the first pass (most of the cost tables calibrated in it) without one
     after = [number for number in ratios_by_pass if number > max(args.burst, default=1)]
     for name in rules:
         values = [ratios_by_pass[number][name] for number in after]

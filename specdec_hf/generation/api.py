@@ -41,7 +41,7 @@ from .loop_state import SpeculativeLoopConfig
 from .outputs import SpeculativeGenerateOutput
 from .plain_decoding import plain_decoding
 from .spec_drafter_adapter import SpecDrafterAdapter, as_drafter
-from .speculative_loop import run_speculative_loop
+from .speculative_loop import position_limit_of, run_speculative_loop
 from .streamers import check_streamer, ended_once, ending_on_failure
 from .wrapping_drafter import WrappingDrafter
 
@@ -184,9 +184,9 @@ def speculative_generate(
                 _rule_key(beta, tau, generation_config),
                 input_ids.device,
             )
-            # k ≤ max_length - length - 1 in every iteration (`_iteration_k`)
-            largest_k = _max_length_from_criteria(stopping_criteria) - input_ids.shape[1] - 1
-            if not schedule.drafts_this_call(input_ids.shape[0], largest_k):
+            if not schedule.drafts_this_call(
+                input_ids.shape[0], _largest_timed_k(model, drafter, stopping_criteria, input_ids)
+            ):
                 schedule.start_plain_call()
                 output = plain_decoding(
                     model,
@@ -448,6 +448,18 @@ def _source_ids(inputs_tensor: torch.Tensor | None, batch_size: int) -> torch.Lo
         # generate() expands the encoder output and mask for `num_return_sequences`, not `inputs_tensor`
         inputs_tensor = inputs_tensor.repeat_interleave(batch_size // inputs_tensor.shape[0], dim=0)
     return inputs_tensor
+
+
+def _largest_timed_k(model, drafter, stopping_criteria: StoppingCriteriaList, input_ids: torch.LongTensor) -> int:
+    """The largest k an iteration of this call can take where the schedule times it: from the second iteration on
+    (the first also projects the source, and while a cost table is calibrated it takes a plain step), after at least
+    one token was committed, within the length limit and the learned positions (`_iteration_k`)."""
+    prompt_length = input_ids.shape[1]
+    largest = _max_length_from_criteria(stopping_criteria) - (prompt_length + 1) - 1
+    position_limit = position_limit_of(model, drafter)
+    if position_limit is not None:
+        largest = min(largest, position_limit - (prompt_length + 1))
+    return largest
 
 
 def _max_length_from_criteria(stopping_criteria: StoppingCriteriaList) -> int:

@@ -213,8 +213,9 @@ class IterationCostTable:
     """What one iteration costs for one batch width, in seconds.
 
     Args:
-        verify_seconds (`list[float]`): The verifier forward's time with w drafts, w = 0..max k; while the table is
-            calibrated, for the w from 0 up whose forwards were all timed (`observe_forward`).
+        verify_seconds (`list[float]`): The verifier forward's time when w drafts are chosen, w = 0..max k (a
+            drafter may propose fewer: what choosing w costs); while the table is calibrated, for the w from 0 up
+            whose forwards were all timed (`observe_forward`).
         calibration ([`ForwardCalibration`], *optional*): The forwards timed so far while the table is calibrated;
             `None` once every w was (or where `verify_seconds` was given whole).
         plain_recent (`deque[float]`): The latest plain iterations' (k = 0) times.
@@ -316,7 +317,8 @@ class IterationCostTable:
         return max(statistics.median(readings), self.forward_per_draft)
 
     def iteration_seconds(self, width: int | None = None) -> list[float]:
-        """What an iteration verifying k drafts costs, k = 0..`width` (default: the largest k of the table).
+        """What an iteration verifying k drafts costs, k = 0..`width` (default: the largest k whose forward was
+        timed; `width` may be no larger, `covers`).
 
         A plain iteration costs the lower quartile of the recent plain ones (a slow moment only ever adds time; with
         few readings, the least); a drafting one a base (its cost at k = 1) plus the `step_costs` up to its k, the base
@@ -458,30 +460,33 @@ class DraftLengthSchedule:
 
         Args:
             rows (`int`): The call's rows.
-            largest_k (`int`, *optional*): The largest k the call's length budget allows (calls that never reach a
-                wider k cannot time its forward, and need not wait for it); default: any.
+            largest_k (`int`, *optional*): The largest k an iteration of the call can take where it is timed (its
+                length budget and positions allow no wider; a call never reaching a k cannot time its forward, and
+                is chosen once the k it reaches were); default: every k of the table.
         """
         key = self._table_key(rows)
         table = self._tables.get(key)
         if table is None:  # the loop calibrates it
             return True
-        needed = table.largest_k if largest_k is None else min(max(largest_k, 1), table.largest_k)
-        if not table.covers(needed):  # the loop goes on calibrating it
+        width = table.largest_k if largest_k is None else max(1, min(largest_k, table.largest_k))
+        if not table.covers(width):  # the loop goes on calibrating it
             return True
         self._table = table
         choices = self._call_choices.setdefault(key, CallChoices())
         self._call_choices_now = choices
-        self._call = choices.next_call(functools.partial(self._table_expects_drafting, table))
+        self._call = choices.next_call(functools.partial(self._table_expects_drafting, table, width))
         return self._call.drafts
 
-    def _table_expects_drafting(self, table: IterationCostTable, plain_call_steps: Sequence[float]) -> bool:
-        """Whether some k ≥ 1 is expected to give more tokens per second than a plain step: a plain step as plain
-        calls measured it (lower quartile), before any the verifier's forward alone (optimistic for plain decoding:
-        it wins every call drafting cannot clearly win)."""
+    def _table_expects_drafting(
+        self, table: IterationCostTable, width: int, plain_call_steps: Sequence[float]
+    ) -> bool:
+        """Whether some k in 1..`width` is expected to give more tokens per second than a plain step: a plain step as
+        plain calls measured it (lower quartile), before any the verifier's forward alone (optimistic for plain
+        decoding: it wins every call drafting cannot clearly win)."""
         plain_step = _lower_quartile(plain_call_steps)
         plain_step = table.verify_seconds[0] if plain_step is None else plain_step
-        acceptance = self.acceptance.probabilities(len(table.verify_seconds) - 1)
-        return choose_draft_length([plain_step, *table.iteration_seconds()[1:]], acceptance) > 0
+        acceptance = self.acceptance.probabilities(width)
+        return choose_draft_length([plain_step, *table.iteration_seconds(width)[1:]], acceptance) > 0
 
     def start_plain_call(self) -> None:
         """Start timing a call decoded plainly (after `drafts_this_call` said so)."""
@@ -501,7 +506,9 @@ class DraftLengthSchedule:
 
     def observe_drafting_call(self, steps: int) -> None:
         """End the timing of a drafting call whose output took `steps` steps (what a plain call would have taken);
-        not recorded for a call that started while its width's table was calibrated (no choices were made for it)."""
+        not recorded for a call that started while its width's table was calibrated (no choices were made for it).
+        Iterations that calibrated a narrower width once rows finished are part of its time: they decoded (at a k
+        not the best), and at a width where drafting pays most."""
         synchronize(self.device)
         if steps > 0 and self._call_choices_now is not None:
             self._call_choices_now.record(self._call, True, (_clock() - self._call_started) / steps)
@@ -512,7 +519,9 @@ class DraftLengthSchedule:
         Until the forwards of every k up to this iteration's largest were timed in the table of its batch width, the
         iteration calibrates it: it takes the k [`ForwardCalibration.next_width`] says, and the loop times its
         forward (`run_verification`). The iterations of a table's calibration decode like any other; they only take
-        every k in turn, and a call's first iteration (whose forward also projects the source) is not timed.
+        every k in turn. A call's first iteration, whose forward also projects the source, is not timed, and while
+        a table is calibrated it takes a plain step: it commits one token, so that the next iteration may still take
+        the widest k the call's length budget allows (`drafts_this_call`'s `largest_k`).
 
         Args:
             rows (`int`): Active rows.
@@ -532,7 +541,7 @@ class DraftLengthSchedule:
             self._k = self._chosen_k(table, width)
         else:
             self._probing = False
-            self._k = table.calibration.next_width(width)
+            self._k = 0 if self._first_iteration else table.calibration.next_width(width)
         synchronize(self.device)
         self._started = _clock()
         return self._k
@@ -605,9 +614,11 @@ class DraftLengthSchedule:
             self._plain_streak += 1
 
     def skip(self) -> None:
-        """An iteration the schedule did not choose (a length limit left it no draft) ran: the next timed one is
-        not its predecessor's pair."""
+        """An iteration the schedule did not choose (a length limit left it no draft, or a drafter reading the
+        verifier's states had none yet) ran: the next timed one is not its predecessor's pair, and not the call's
+        first (this one projected the source)."""
         self._previous = None
+        self._first_iteration = False
 
 
 def _neighbour_now_and_then(k: int, width: int, drafting_iterations: int) -> int:

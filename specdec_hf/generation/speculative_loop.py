@@ -118,8 +118,7 @@ def run_speculative_loop(
         isinstance(c, (MaxLengthCriteria, EosTokenCriteria)) and not reads_row_index(c) for c in stopping_criteria
     )
     # the verifier's learned positions and the drafter's: k shrinks near either limit
-    limits = [getattr(verifier.config, "max_position_embeddings", None), getattr(drafter, "max_positions", None)]
-    position_limit = min((operator.index(limit) for limit in limits if limit is not None), default=None)
+    position_limit = position_limit_of(verifier, drafter)
     state_layers = getattr(drafter, "verifier_state_layers", None)
     cache_length = 0
     # aligned rows: those finished so far (kept in the batch, appending pad), on the device and the host
@@ -248,6 +247,12 @@ def _active_batch(rows: Rows) -> ActiveBatch:
     row_lengths = [rows.lengths[r] for r in rows.active]
     committed = rows.sequences.index_select(0, rows.active_index)
     return ActiveBatch(committed, rows.active_lengths, row_lengths, min(row_lengths), max(row_lengths))
+
+
+def position_limit_of(verifier, drafter) -> int | None:
+    """The most positions the verifier's learned positions and the drafter's allow (`None`: no limit)."""
+    limits = [getattr(verifier.config, "max_position_embeddings", None), getattr(drafter, "max_positions", None)]
+    return min((operator.index(limit) for limit in limits if limit is not None), default=None)
 
 
 def _iteration_k(

@@ -3,6 +3,8 @@ verifier step, and the choice a deterministic function of the cost table and the
 
 from __future__ import annotations
 
+import weakref
+
 import pytest
 import torch
 from conftest import VOCAB_SIZE, StepClock, WeakKey, build_verifier, generate_with_drafter, make_source_batch
@@ -318,15 +320,27 @@ def test_a_table_is_calibrated_in_the_loops_own_iterations(clock):
     assert iteration(2, limit=1) == 1  # the next round goes as high as the length limit allows
     assert schedule._tables[(2, "cpu", 2)].calibration.seen == [1, 1, 0]
     later = DraftLengthSchedule(verifier, drafter, 2, (1, 0.0, False), torch.device("cpu"))
-    assert later.drafts_this_call(2)  # still calibrated: drafting, as no choice is made
+    assert later.drafts_this_call(2)  # still being calibrated: drafting, as no choice is made
     assert later._call_choices_now is None
     later.drafts_this_call(4)
     assert later._call_choices_now is not None  # a table: the calls choose
 
 
+def test_the_iteration_after_an_unscheduled_first_one_is_timed(clock):
+    """A drafter reading the verifier's states has none at a call's first iteration, which runs unscheduled
+    (`skip`): it projected the source, so the next iteration's forward is timed for the calibration."""
+    schedule = DraftLengthSchedule(WeakKey(), WeakKey(), 2, (1, 0.0, False), torch.device("cpu"))
+    schedule.skip()
+    assert schedule.next_k(1, 2) == 0
+    schedule.run_verification(lambda: None)
+    assert schedule._tables[(1, "cpu", 2)].calibration.seen == [1, 0, 0]
+
+
 def test_calls_that_cannot_reach_the_wider_k_choose_once_the_k_they_reach_are_calibrated(clock):
-    """A call whose length budget allows k ≤ 2 never times the forwards of k = 3 or 4: once those up to 2 are, its
-    kind is chosen (else short calls would draft without a choice for ever); calls of a larger budget wait for all."""
+    """A call whose timed iterations can take k ≤ 2 never times the forwards of k = 3 or 4: once those up to 2 are,
+    its kind is chosen (else short calls would draft without a choice for ever), from the k it can reach; calls of a
+    larger budget wait for all. A call too short to time any drafting k waits for k = 1 (it decodes in the loop, its
+    calibrating first iteration a plain step)."""
     schedule = DraftLengthSchedule(WeakKey(), WeakKey(), 4, (1, 0.0, False), torch.device("cpu"))
     table = schedule._tables[(1, "cpu", 4)] = IterationCostTable.uncalibrated(4)
     for width in (0, 1, 2):
@@ -334,12 +348,32 @@ def test_calls_that_cannot_reach_the_wider_k_choose_once_the_k_they_reach_are_ca
             table.observe_forward(width, 1.0 + width)
     assert table.covers(2) and not table.covers(3)
     assert schedule.drafts_this_call(1, largest_k=10) and schedule._call_choices_now is None  # waits for k = 3, 4
-    schedule.drafts_this_call(1, largest_k=2)
-    assert schedule._call_choices_now is not None  # chosen: a plain or a drafting call, by the table
+    asked = []
+    schedule._table_expects_drafting = lambda table, width, steps: asked.append(width) or True
+    assert schedule.drafts_this_call(1, largest_k=2) and schedule._call_choices_now is not None
+    assert asked == [2]  # the table asked about the k the call reaches only
+    assert schedule.drafts_this_call(1, largest_k=0) and asked == [2, 1]  # k = 1 was timed: chosen
     later = DraftLengthSchedule(WeakKey(), WeakKey(), 4, (1, 0.0, False), torch.device("cpu"))
     later._tables[(1, "cpu", 4)] = IterationCostTable.uncalibrated(4)
     later._tables[(1, "cpu", 4)].observe_forward(0, 1.0)
     assert later.drafts_this_call(1, largest_k=0) and later._call_choices_now is None  # k = 1 never timed: waits
+
+
+def test_calls_of_a_short_length_budget_calibrate_what_they_reach_and_are_then_chosen(clock):
+    """`max_new_tokens=5`, k up to 4: a timed iteration (from the second on, after the first committed a token) can
+    take k ≤ 3; the table is calibrated up to 3 over the calls, and then whole calls are chosen and timed."""
+    model = build_verifier("bart")
+    inputs = make_source_batch(1, seed=3, pad_token_id=model.config.pad_token_id)
+    model.generation_config.eos_token_id = None  # every call runs its whole budget
+    reference = model.generate(**inputs, **GREEDY, max_new_tokens=5)
+    drafter = OracleDrafter(reference, VOCAB_SIZE, 4, "half")
+    for _ in range(30):
+        assert torch.equal(_generate_auto(model, inputs, drafter, max_new_tokens=5).sequences, reference)
+    table = draft_length._COST_TABLES[drafter][model][(1, "cpu", 4)]
+    assert table.covers(3) and not table.covers(4)
+    _, call_choices = draft_length._ACCEPTANCE[drafter][model][("greedy", 1, 0.0)]
+    choices = call_choices[(1, "cpu", 4)]
+    assert len(choices.plain_call_steps) + len(choices.drafting_call_steps) > 5  # calls chosen and timed
 
 
 def test_acceptance_estimate_starts_from_its_prior_and_follows_the_counts():
@@ -505,9 +539,19 @@ def test_every_k_in_turn_with_a_state_reading_drafter_and_finishing_rows_equals_
         model, max_draft_tokens=4, decoder_layers=1, prefix_attention="causal", verifier_state_layers=[1, -1]
     ).eval()
     cycle = iter(range(10**6))
-    monkeypatch.setattr(draft_length, "choose_draft_length", lambda costs, *args, **kwargs: next(cycle) % len(costs))
+    cycled = []
+
+    def cycling(costs, *args, **kwargs):
+        cycled.append(next(cycle) % len(costs))
+        return cycled[-1]
+
+    monkeypatch.setattr(draft_length, "choose_draft_length", cycling)
     monkeypatch.setattr(draft_length, "_neighbour_now_and_then", lambda k, width, iteration: k)
     monkeypatch.setattr(draft_length.DraftLengthSchedule, "drafts_this_call", lambda schedule, *args: True)
+    # every batch width's table given: k is the patch's at every iteration, none calibrates
+    tables = draft_length._COST_TABLES.setdefault(drafter, weakref.WeakKeyDictionary()).setdefault(model, {})
+    for rows in (1, 2, 4):
+        tables[(rows, "cpu", 4)] = IterationCostTable([1.0, 1.1, 1.2, 1.3, 1.4])
     chosen = []
     next_k = draft_length.DraftLengthSchedule.next_k
 
@@ -517,11 +561,10 @@ def test_every_k_in_turn_with_a_state_reading_drafter_and_finishing_rows_equals_
         return k
 
     monkeypatch.setattr(draft_length.DraftLengthSchedule, "next_k", recording_next_k)
-    for _ in range(2):  # the tables of the widths met calibrated (k in turn), then chosen (k cycled by the patch)
-        output = _generate_auto(model, inputs, drafter, max_new_tokens=16)
-        assert torch.equal(output.sequences, reference)
+    output = _generate_auto(model, inputs, drafter, max_new_tokens=16)
+    assert torch.equal(output.sequences, reference)
     assert len(set(lengths.tolist())) > 1  # rows finished at different steps
-    assert len({rows for rows, _ in chosen}) > 1 and len({k for _, k in chosen}) >= 3, chosen
+    assert len({rows for rows, _ in chosen}) > 1 and len(set(cycled)) >= 3, (chosen, cycled)
     stats = output.speculative_stats
     assert 0 < stats.drafter_calls < stats.verifier_calls  # some iterations drafted, others stepped alone
 
