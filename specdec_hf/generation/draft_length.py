@@ -446,6 +446,9 @@ class DraftLengthSchedule:
         # the last timed iteration's k and seconds, when it drafted: the first of a pair of readings; and its rows
         self._previous: tuple[int, float] | None = None
         self._rows = 0
+        # the largest k this call can time (`drafts_this_call`): once the table covers it, the call's iterations
+        # choose k from the table, up to the widest k it covers
+        self._timed_width = max_draft_tokens
 
     def _table_key(self, rows: int) -> tuple:
         return (_rows_bucket(rows), self._device_name, self.max_draft_tokens)
@@ -453,10 +456,11 @@ class DraftLengthSchedule:
     def drafts_this_call(self, rows: int, largest_k: int | None = None) -> bool:
         """Whether a call of `rows` rows runs the speculative loop at all, or decodes plainly (no drafter).
 
-        Until the cost table of this batch width is calibrated (up to the largest k the call may take), the loop runs
+        Until the cost table of this batch width is calibrated up to the largest k the call can time, the loop runs
         and calibrates it. Then the calls of this width decide ([`CallChoices.next_call`]), and before three of each
         kind were timed the table does: drafting when some k ≥ 1 is expected to beat a plain step (as plain calls
-        measured it, [`observe_plain_call`]; before any, the verifier's forward alone).
+        measured it, [`observe_plain_call`]; before any, the verifier's forward alone). A call too short to time any
+        k ≥ 1 whose table has none decodes plainly, unrecorded: in the loop it would only take plain steps.
 
         Args:
             rows (`int`): The call's rows.
@@ -466,15 +470,16 @@ class DraftLengthSchedule:
         """
         key = self._table_key(rows)
         table = self._tables.get(key)
-        if table is None:  # the loop calibrates it
-            return True
-        width = table.largest_k if largest_k is None else max(1, min(largest_k, table.largest_k))
-        if not table.covers(width):  # the loop goes on calibrating it
+        largest = self.max_draft_tokens if largest_k is None else min(largest_k, self.max_draft_tokens)
+        self._timed_width = max(largest, 1)
+        if largest < 1 and (table is None or not table.covers(1)):
+            return False
+        if table is None or not table.covers(self._timed_width):  # the loop calibrates it
             return True
         self._table = table
         choices = self._call_choices.setdefault(key, CallChoices())
         self._call_choices_now = choices
-        self._call = choices.next_call(functools.partial(self._table_expects_drafting, table, width))
+        self._call = choices.next_call(functools.partial(self._table_expects_drafting, table, self._timed_width))
         return self._call.drafts
 
     def _table_expects_drafting(
@@ -496,7 +501,7 @@ class DraftLengthSchedule:
     def observe_plain_call(self, steps: int) -> None:
         """End the timing of a plain call of `steps` decoding steps (its output is on the host or waited for)."""
         synchronize(self.device)
-        if steps > 0:
+        if steps > 0 and self._call_choices_now is not None:  # else a call too short to be chosen
             self._call_choices_now.record(self._call, False, (_clock() - self._started) / steps)
 
     def start_drafting_call(self) -> None:
@@ -535,12 +540,15 @@ class DraftLengthSchedule:
             self._previous = None
         self._table, self._rows = table, rows
         width = min(limit, self.max_draft_tokens)
-        # a call's first forward also projects the source: not what a forward of its width costs
-        self._times_forward = not table.covers(width) and not self._first_iteration
-        if table.covers(width):
-            self._k = self._chosen_k(table, width)
+        if table.covers(min(width, self._timed_width)):
+            self._times_forward = False
+            # the first iteration may take a k wider than the call can time: the widest the table covers
+            self._k = self._chosen_k(table, min(width, len(table.verify_seconds) - 1))
         else:
             self._probing = False
+            # a call's first forward also projects the source: not what a forward of its width costs; a plain step
+            # then commits one token, so that the next iteration can still take the widest k the call can time
+            self._times_forward = not self._first_iteration
             self._k = 0 if self._first_iteration else table.calibration.next_width(width)
         synchronize(self.device)
         self._started = _clock()

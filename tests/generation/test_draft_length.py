@@ -339,8 +339,8 @@ def test_the_iteration_after_an_unscheduled_first_one_is_timed(clock):
 def test_calls_that_cannot_reach_the_wider_k_choose_once_the_k_they_reach_are_calibrated(clock):
     """A call whose timed iterations can take k ≤ 2 never times the forwards of k = 3 or 4: once those up to 2 are,
     its kind is chosen (else short calls would draft without a choice for ever), from the k it can reach; calls of a
-    larger budget wait for all. A call too short to time any drafting k waits for k = 1 (it decodes in the loop, its
-    calibrating first iteration a plain step)."""
+    larger budget wait for all. A call too short to time any drafting k decodes plainly, unrecorded, until k = 1 is
+    timed (in the loop, its calibrating first iteration a plain step, it would take plain steps only)."""
     schedule = DraftLengthSchedule(WeakKey(), WeakKey(), 4, (1, 0.0, False), torch.device("cpu"))
     table = schedule._tables[(1, "cpu", 4)] = IterationCostTable.uncalibrated(4)
     for width in (0, 1, 2):
@@ -356,7 +356,48 @@ def test_calls_that_cannot_reach_the_wider_k_choose_once_the_k_they_reach_are_ca
     later = DraftLengthSchedule(WeakKey(), WeakKey(), 4, (1, 0.0, False), torch.device("cpu"))
     later._tables[(1, "cpu", 4)] = IterationCostTable.uncalibrated(4)
     later._tables[(1, "cpu", 4)].observe_forward(0, 1.0)
-    assert later.drafts_this_call(1, largest_k=0) and later._call_choices_now is None  # k = 1 never timed: waits
+    assert not later.drafts_this_call(1, largest_k=0) and later._call_choices_now is None  # k = 1 never timed
+    later.start_plain_call()
+    later.observe_plain_call(2)  # not recorded: no choice was made
+    assert not later._call_choices
+    assert not later.drafts_this_call(2, largest_k=0)  # no table at all: plainly too
+
+
+def test_a_call_whose_widest_timed_k_is_calibrated_drafts_from_its_first_iteration(clock):
+    """The table covers k ≤ 3, all a call of this budget can time: its first iteration (whose length limit allows
+    k = 4) takes the best covered k, untimed, instead of the plain step a calibrating call's first iteration takes."""
+    schedule = DraftLengthSchedule(WeakKey(), WeakKey(), 4, (1, 0.0, False), torch.device("cpu"))
+    table = schedule._tables[(1, "cpu", 4)] = IterationCostTable.uncalibrated(4)
+    for width in range(4):
+        for _ in range(1 + draft_length._CALIBRATION_ROUNDS):
+            table.observe_forward(width, 1.0 + 0.01 * width)
+    schedule.acceptance.update(4, [4] * 500)  # sure drafts
+    schedule.drafts_this_call(1, largest_k=3)
+    assert schedule.next_k(1, 4) == 3 and not schedule._times_forward
+    wider = DraftLengthSchedule(WeakKey(), WeakKey(), 4, (1, 0.0, False), torch.device("cpu"))
+    wider._tables[(1, "cpu", 4)] = table
+    assert wider.drafts_this_call(1, largest_k=4)  # a call that can time k = 4 calibrates it
+    assert wider.next_k(1, 4) == 0  # its first iteration a plain step
+
+
+def test_the_largest_timed_k_is_the_second_iterations_limit():
+    """After a first iteration that commits one token: the length limit, and the learned positions."""
+    from transformers.generation.stopping_criteria import MaxLengthCriteria, StoppingCriteriaList
+
+    from specdec_hf.generation.api import _largest_timed_k
+
+    class Model:
+        config = type("Config", (), {"max_position_embeddings": 10})()
+
+    class Drafter:
+        max_positions = None
+
+    criteria = StoppingCriteriaList([MaxLengthCriteria(max_length=20)])
+    prompt = torch.zeros(2, 3, dtype=torch.long)  # a decoder prompt of three tokens
+    assert _largest_timed_k(Model(), Drafter(), criteria, prompt) == 10 - 4  # the positions: 4 held at iteration 2
+    Drafter.max_positions = 64
+    Model.config.max_position_embeddings = None
+    assert _largest_timed_k(Model(), Drafter(), criteria, prompt) == 20 - 4 - 1  # the length: k ≤ max_length - len - 1
 
 
 def test_calls_of_a_short_length_budget_calibrate_what_they_reach_and_are_then_chosen(clock):
@@ -564,7 +605,8 @@ def test_every_k_in_turn_with_a_state_reading_drafter_and_finishing_rows_equals_
     output = _generate_auto(model, inputs, drafter, max_new_tokens=16)
     assert torch.equal(output.sequences, reference)
     assert len(set(lengths.tolist())) > 1  # rows finished at different steps
-    assert len({rows for rows, _ in chosen}) > 1 and len(set(cycled)) >= 3, (chosen, cycled)
+    assert cycled  # the patched choice ran
+    assert len({rows for rows, _ in chosen}) > 1 and len({k for _, k in chosen}) >= 3, chosen
     stats = output.speculative_stats
     assert 0 < stats.drafter_calls < stats.verifier_calls  # some iterations drafted, others stepped alone
 
