@@ -76,6 +76,9 @@ _PRIOR_WEIGHT = 2.0
 # timed forwards of each width before a cost table is used, after one untimed (the first forward of a shape pays
 # one-off kernel set-up): the least of them stands for the width
 _CALIBRATION_ROUNDS = 2
+# calls in a row of a batch width that timed none of its table's forwards (their rows finished at their first
+# iteration, into a narrower width) before that width's calls are chosen by their own timings alone
+_MAX_IDLE_CALLS = 3
 # iterations at k = 0 before the first probe of drafting; the interval doubles after a probe that did not pay
 _FIRST_PROBE_INTERVAL = 8
 _MAX_PROBE_INTERVAL = 128
@@ -177,6 +180,8 @@ class ForwardCalibration:
 
     seen: list[int]
     least: list[float]
+    # calls in a row that started while this was calibrated and timed none of its forwards (`drafts_this_call`)
+    idle_calls: int = 0
 
     @classmethod
     def for_widths(cls, widths: int) -> ForwardCalibration:
@@ -449,6 +454,8 @@ class DraftLengthSchedule:
         # the largest k this call can time (`drafts_this_call`): once the table covers it, the call's iterations
         # choose k from the table, up to the widest k it covers
         self._timed_width = max_draft_tokens
+        # the table this call started calibrating, and its forwards seen then (`observe_drafting_call`)
+        self._calibrating: tuple[IterationCostTable | None, int | None] = (None, None)
 
     def _table_key(self, rows: int) -> tuple:
         return (_rows_bucket(rows), self._device_name, self.max_draft_tokens)
@@ -460,7 +467,9 @@ class DraftLengthSchedule:
         and calibrates it. Then the calls of this width decide ([`CallChoices.next_call`]), and before three of each
         kind were timed the table does: drafting when some k ≥ 1 is expected to beat a plain step (as plain calls
         measured it, [`observe_plain_call`]; before any, the verifier's forward alone). A call too short to time any
-        k ≥ 1 whose table has none decodes plainly, unrecorded: in the loop it would only take plain steps.
+        k ≥ 1 whose table has none decodes plainly, unrecorded: in the loop it would only take plain steps. After
+        `_MAX_IDLE_CALLS` calls in a row that timed none of the table's forwards (rows that finish at their first
+        iteration go on in a narrower width), the calls of this width are chosen by their own timings alone.
 
         Args:
             rows (`int`): The call's rows.
@@ -474,12 +483,18 @@ class DraftLengthSchedule:
         self._timed_width = max(largest, 1)
         if largest < 1 and (table is None or not table.covers(1)):
             return False
-        if table is None or not table.covers(self._timed_width):  # the loop calibrates it
-            return True
+        if table is None or not table.covers(self._timed_width):
+            if table is None or table.calibration.idle_calls < _MAX_IDLE_CALLS:  # the loop calibrates it
+                self._calibrating = (table, None if table is None else sum(table.calibration.seen))
+                return True
+            # its calls time none of its forwards: chosen by their own timings, drafting until plain ones are timed
+            drafting_by_table = _expects_drafting
+        else:
+            drafting_by_table = functools.partial(self._table_expects_drafting, table, self._timed_width)
         self._table = table
         choices = self._call_choices.setdefault(key, CallChoices())
         self._call_choices_now = choices
-        self._call = choices.next_call(functools.partial(self._table_expects_drafting, table, self._timed_width))
+        self._call = choices.next_call(drafting_by_table)
         return self._call.drafts
 
     def _table_expects_drafting(
@@ -517,6 +532,12 @@ class DraftLengthSchedule:
         synchronize(self.device)
         if steps > 0 and self._call_choices_now is not None:
             self._call_choices_now.record(self._call, True, (_clock() - self._call_started) / steps)
+        table, seen = self._calibrating
+        if table is not None and table.calibration is not None:
+            # a call that timed none of the forwards of the width it started at (`_MAX_IDLE_CALLS`)
+            table.calibration.idle_calls = (
+                table.calibration.idle_calls + 1 if sum(table.calibration.seen) == seen else 0
+            )
 
     def next_k(self, rows: int, limit: int) -> int:
         """This iteration's k (at most `limit`), and the start of its timing.
@@ -627,6 +648,11 @@ class DraftLengthSchedule:
         first (this one projected the source)."""
         self._previous = None
         self._first_iteration = False
+
+
+def _expects_drafting(plain_call_steps: Sequence[float]) -> bool:
+    """A width whose table has no say: drafting until the calls' own timings decide."""
+    return True
 
 
 def _neighbour_now_and_then(k: int, width: int, drafting_iterations: int) -> int:

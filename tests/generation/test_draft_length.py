@@ -400,6 +400,35 @@ def test_the_largest_timed_k_is_the_second_iterations_limit():
     assert _largest_timed_k(Model(), Drafter(), criteria, prompt) == 20 - 4 - 1  # the length: k ≤ max_length - len - 1
 
 
+def test_a_width_whose_calls_never_time_its_table_is_chosen_by_the_calls_alone(clock):
+    """Rows that finish at a call's first iteration go on in a narrower width: calls of their starting width that
+    time none of its forwards, `_MAX_IDLE_CALLS` in a row, hand the choice to the calls' own timings (drafting until
+    plain calls are timed); a call that times one starts the count again."""
+    verifier, drafter = WeakKey(), WeakKey()
+    table = IterationCostTable.uncalibrated(2)
+    table.observe_forward(0, 1.0)
+
+    def call(times_a_forward: bool) -> DraftLengthSchedule:
+        schedule = DraftLengthSchedule(verifier, drafter, 2, (1, 0.0, False), torch.device("cpu"))
+        schedule._tables[(4, "cpu", 2)] = table
+        drafts = schedule.drafts_this_call(4)
+        if drafts:
+            schedule.start_drafting_call()
+            if times_a_forward:
+                table.observe_forward(1, 1.0)
+            schedule.observe_drafting_call(3)
+        return schedule
+
+    for _ in range(draft_length._MAX_IDLE_CALLS - 1):
+        assert call(False)._call_choices_now is None  # calibrating: no choice
+    assert call(True)._call_choices_now is None and table.calibration.idle_calls == 0  # progress: counted anew
+    for _ in range(draft_length._MAX_IDLE_CALLS):
+        assert call(False)._call_choices_now is None
+    chosen = call(False)
+    assert chosen._call_choices_now is not None and chosen._call.drafts  # the calls decide, drafting first
+    assert not table.covers(2)
+
+
 def test_calls_of_a_short_length_budget_calibrate_what_they_reach_and_are_then_chosen(clock):
     """`max_new_tokens=5`, k up to 4: a timed iteration (from the second on, after the first committed a token) can
     take k ≤ 3; the table is calibrated up to 3 over the calls, and then whole calls are chosen and timed."""
