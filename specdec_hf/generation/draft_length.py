@@ -180,8 +180,16 @@ class ForwardCalibration:
 
     seen: list[int]
     least: list[float]
-    # calls in a row that started while this was calibrated and timed none of its forwards (`drafts_this_call`)
+    # drafting calls in a row that started at this width while it was calibrated and after which it had timed no
+    # forward more than after the last of them (`drafts_this_call`), and its forwards seen then
     idle_calls: int = 0
+    seen_after_last_call: int = 0
+
+    def count_call(self) -> None:
+        """Count a drafting call that started at this width: idle if no forward was timed since the last one."""
+        seen = sum(self.seen)
+        self.idle_calls = self.idle_calls + 1 if seen == self.seen_after_last_call else 0
+        self.seen_after_last_call = seen
 
     @classmethod
     def for_widths(cls, widths: int) -> ForwardCalibration:
@@ -454,8 +462,8 @@ class DraftLengthSchedule:
         # the largest k this call can time (`drafts_this_call`): once the table covers it, the call's iterations
         # choose k from the table, up to the widest k it covers
         self._timed_width = max_draft_tokens
-        # the table this call started calibrating, and its forwards seen then (`observe_drafting_call`)
-        self._calibrating: tuple[IterationCostTable | None, int | None] = (None, None)
+        # the key of the table this call started while it was calibrated (`observe_drafting_call`)
+        self._calibrating_key: tuple | None = None
 
     def _table_key(self, rows: int) -> tuple:
         return (_rows_bucket(rows), self._device_name, self.max_draft_tokens)
@@ -484,8 +492,8 @@ class DraftLengthSchedule:
         if largest < 1 and (table is None or not table.covers(1)):
             return False
         if table is None or not table.covers(self._timed_width):
+            self._calibrating_key = key
             if table is None or table.calibration.idle_calls < _MAX_IDLE_CALLS:  # the loop calibrates it
-                self._calibrating = (table, None if table is None else sum(table.calibration.seen))
                 return True
             # its calls time none of its forwards: chosen by their own timings, drafting until plain ones are timed
             drafting_by_table = _expects_drafting
@@ -526,18 +534,16 @@ class DraftLengthSchedule:
 
     def observe_drafting_call(self, steps: int) -> None:
         """End the timing of a drafting call whose output took `steps` steps (what a plain call would have taken);
-        not recorded for a call that started while its width's table was calibrated (no choices were made for it).
+        not recorded for a call that started while its width's table was calibrated, unless that width's calls are
+        chosen by their own timings (`drafts_this_call`): no choice was made for it.
         Iterations that calibrated a narrower width once rows finished are part of its time: they decoded (at a k
         not the best), and at a width where drafting pays most."""
         synchronize(self.device)
         if steps > 0 and self._call_choices_now is not None:
             self._call_choices_now.record(self._call, True, (_clock() - self._call_started) / steps)
-        table, seen = self._calibrating
-        if table is not None and table.calibration is not None:
-            # a call that timed none of the forwards of the width it started at (`_MAX_IDLE_CALLS`)
-            table.calibration.idle_calls = (
-                table.calibration.idle_calls + 1 if sum(table.calibration.seen) == seen else 0
-            )
+        table = None if self._calibrating_key is None else self._tables.get(self._calibrating_key)
+        if table is not None and table.calibration is not None:  # still calibrated: did anything time it?
+            table.calibration.count_call()
 
     def next_k(self, rows: int, limit: int) -> int:
         """This iteration's k (at most `limit`), and the start of its timing.

@@ -429,6 +429,25 @@ def test_a_width_whose_calls_never_time_its_table_is_chosen_by_the_calls_alone(c
     assert not table.covers(2)
 
 
+def test_calls_whose_rows_finish_at_their_first_iteration_are_chosen_by_their_timings(clock):
+    """Three of four rows end at their first token: every call goes on at batch width 1 after its first iteration,
+    which is untimed, so the width-4 table is never timed; from the fourth call on, its calls are chosen and timed."""
+    model = build_verifier("bart")
+    inputs = make_source_batch(4, seed=0, pad_token_id=model.config.pad_token_id)
+    firsts = model.generate(**inputs, **GREEDY, max_new_tokens=12)[:, 1].tolist()
+    model.generation_config.eos_token_id = max(set(firsts), key=firsts.count)
+    assert firsts.count(model.generation_config.eos_token_id) == 3, "precondition (this seed): three rows end at once"
+    reference = model.generate(**inputs, **GREEDY, max_new_tokens=12)
+    drafter = OracleDrafter(reference, VOCAB_SIZE, 4, "half")
+    for _ in range(8):
+        assert torch.equal(_generate_auto(model, inputs, drafter, max_new_tokens=12).sequences, reference)
+    table = draft_length._COST_TABLES[drafter][model][(4, "cpu", 4)]
+    assert table.calibration is not None and not any(table.calibration.seen)  # never timed
+    _, call_choices = draft_length._ACCEPTANCE[drafter][model][("greedy", 1, 0.0)]
+    choices = call_choices[(4, "cpu", 4)]
+    assert len(choices.plain_call_steps) + len(choices.drafting_call_steps) == 8 - draft_length._MAX_IDLE_CALLS
+
+
 def test_calls_of_a_short_length_budget_calibrate_what_they_reach_and_are_then_chosen(clock):
     """`max_new_tokens=5`, k up to 4: a timed iteration (from the second on, after the first committed a token) can
     take k ≤ 3; the table is calibrated up to 3 over the calls, and then whole calls are chosen and timed."""
