@@ -534,8 +534,8 @@ class DraftLengthSchedule:
 
     def observe_drafting_call(self, steps: int) -> None:
         """End the timing of a drafting call whose output took `steps` steps (what a plain call would have taken);
-        not recorded for a call that started while its width's table was calibrated, unless that width's calls are
-        chosen by their own timings (`drafts_this_call`): no choice was made for it.
+        not recorded for a call that started while its width's table was calibrated (no choice was made for it),
+        unless that width's calls are chosen by their own timings (`drafts_this_call`), and counted towards that.
         Iterations that calibrated a narrower width once rows finished are part of its time: they decoded (at a k
         not the best), and at a width where drafting pays most."""
         synchronize(self.device)
