@@ -5,12 +5,13 @@ the test clock, so that the machine's load does not decide."""
 from __future__ import annotations
 
 import math
+import statistics
 
 import pytest
 import torch
 from conftest import WeakKey
 
-from specdec_hf.generation.call_choice import CallChoices, HeadToHead
+from specdec_hf.generation.call_choice import CallChoices, HeadToHead, _variance
 from specdec_hf.generation.draft_length import DraftLengthSchedule, IterationCostTable
 
 pytestmark = pytest.mark.usefixtures("fresh_draft_length_measurements")
@@ -314,3 +315,9 @@ def test_the_cost_table_is_asked_only_until_both_kinds_were_timed():
     asked.clear()
     choices.next_call(table)
     assert asked == []
+
+
+def test_the_variance_is_the_sample_variance():
+    values = [1.0, 1.1, 1.05, 0.98, 1.2, 1.01, 0.97, 1.03]
+    assert _variance(values) == pytest.approx(statistics.variance(values), rel=1e-12)
+    assert _variance([2.0, 2.0]) == 0.0
