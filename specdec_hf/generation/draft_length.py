@@ -174,27 +174,29 @@ class ForwardCalibration:
     set-up), and the least of the timed ones stands for w (a timing is only ever slowed by what else runs).
 
     Args:
-        seen (`list[int]`): Per w (0..max k), the iterations whose forward ran at it, the untimed first included.
+        seen (`list[int]`): Per w (0..max k), the iterations that chose it whose forward was counted, the untimed
+            first included.
         least (`list[float]`): Per w, the least timed forward (`inf` until one).
+        idle_calls (`int`): Drafting calls in a row that started at this width while it was calibrated and after
+            which no forward more was counted than after the one before (`DraftLengthSchedule.drafts_this_call`).
+        seen_after_last_call (`int`): The forwards counted, all w together, after the last such call.
     """
 
     seen: list[int]
     least: list[float]
-    # drafting calls in a row that started at this width while it was calibrated and after which it had timed no
-    # forward more than after the last of them (`drafts_this_call`), and its forwards seen then
     idle_calls: int = 0
     seen_after_last_call: int = 0
-
-    def count_call(self) -> None:
-        """Count a drafting call that started at this width: idle if no forward was timed since the last one."""
-        seen = sum(self.seen)
-        self.idle_calls = self.idle_calls + 1 if seen == self.seen_after_last_call else 0
-        self.seen_after_last_call = seen
 
     @classmethod
     def for_widths(cls, widths: int) -> ForwardCalibration:
         """Nothing timed yet for w = 0..`widths` - 1."""
         return cls([0] * widths, [math.inf] * widths)
+
+    def count_call(self) -> None:
+        """Count a drafting call that started at this width: idle if no forward was counted since the last one."""
+        seen = sum(self.seen)
+        self.idle_calls = self.idle_calls + 1 if seen == self.seen_after_last_call else 0
+        self.seen_after_last_call = seen
 
     def complete_widths(self) -> int:
         """How many w, from 0 up, ran all their forwards."""
