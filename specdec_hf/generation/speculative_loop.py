@@ -59,6 +59,7 @@ __all__ = [
     "commit",
     "confident_draft_counts",
     "draft",
+    "position_limit_of",
     "release_finished_rows",
     "run_speculative_loop",
     "stop",

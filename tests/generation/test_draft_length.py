@@ -426,7 +426,7 @@ def test_a_width_whose_calls_never_time_its_table_is_chosen_by_the_calls_alone(c
         assert call(False)._call_choices_now is None
     chosen = call(False)
     assert chosen._call_choices_now is not None and chosen._call.drafts  # the calls decide, drafting first
-    assert not table.covers(2)
+    assert table.calibration.seen == [1, 1, 0]  # the table left as its calls timed it, not taken as calibrated
 
 
 def test_calls_whose_rows_finish_at_their_first_iteration_are_chosen_by_their_timings(clock):
