@@ -39,7 +39,6 @@ from .aligned_rows import needs_aligned_rows, pads_finished_rows
 from .draft_length import AUTO, DraftLengthSchedule
 from .loop_state import SpeculativeLoopConfig
 from .outputs import SpeculativeGenerateOutput
-from .plain_decoding import plain_decoding
 from .spec_drafter_adapter import SpecDrafterAdapter, as_drafter
 from .speculative_loop import position_limit_of, run_speculative_loop
 from .streamers import check_streamer, ended_once, ending_on_failure
@@ -176,6 +175,7 @@ def speculative_generate(
             _check_drafter_reads_no_source(drafter, inputs_tensor)
         stopping_criteria = _with_stop_strings(stopping_criteria, stop_strings, stop_strings_tokenizer)
         schedule = None
+        drafting = True
         if adaptive:
             schedule = DraftLengthSchedule(
                 model,
@@ -184,37 +184,29 @@ def speculative_generate(
                 _rule_key(beta, tau, generation_config),
                 input_ids.device,
             )
-            if not schedule.drafts_this_call(
+            drafting = schedule.drafts_this_call(
                 input_ids.shape[0], _largest_timed_k(model, drafter, stopping_criteria, input_ids)
-            ):
+            )
+            if drafting:
+                schedule.start_drafting_call()
+            else:
                 schedule.start_plain_call()
-                output = plain_decoding(
-                    model,
-                    input_ids,
-                    logits_processor,
-                    stopping_criteria,
-                    generation_config,
-                    token_streamer,
-                    stream_prompt,
-                    model_kwargs,
-                )
-                sequences = output if isinstance(output, torch.Tensor) else output.sequences
-                schedule.observe_plain_call(sequences.shape[1] - input_ids.shape[1])
-                return output
-            schedule.start_drafting_call()
-        drafter_state = drafter.init_drafting_state(
-            input_ids=source_ids,
-            attention_mask=attention_mask,
-            encoder_hidden_states=encoder_outputs.last_hidden_state,
-        )
-
+        # a call without drafting runs the same loop, every iteration a plain verifier step, with no drafter: unlike
+        # transformers' greedy loop it drops finished rows, so a batch's later steps feed only the rows still decoding
+        drafter_state = None
+        if drafting:
+            drafter_state = drafter.init_drafting_state(
+                input_ids=source_ids,
+                attention_mask=attention_mask,
+                encoder_hidden_states=encoder_outputs.last_hidden_state,
+            )
         loop_config = _loop_config(
             generation_config,
             logits_processor,
             stopping_criteria,
             input_ids.shape[0],
             vocab_size,
-            num_draft_tokens,
+            num_draft_tokens if drafting else 0,
             beta,
             tau,
             draft_confidence_threshold,
@@ -222,7 +214,7 @@ def speculative_generate(
         )
         result = run_speculative_loop(
             model,
-            drafter,
+            drafter if drafting else None,
             drafter_state,
             input_ids,
             encoder_outputs,
@@ -233,10 +225,14 @@ def speculative_generate(
             loop_config,
             streamer=token_streamer,
             stream_prompt=stream_prompt,
-            draft_length_schedule=schedule,
+            draft_length_schedule=schedule if drafting else None,
         )
         if schedule is not None:
-            schedule.observe_drafting_call(result.sequences.shape[1] - input_ids.shape[1])
+            steps = result.sequences.shape[1] - input_ids.shape[1]
+            if drafting:
+                schedule.observe_drafting_call(steps)
+            else:
+                schedule.observe_plain_call(steps)
         if not generation_config.return_dict_in_generate:
             return result.sequences
         return SpeculativeGenerateOutput(

@@ -1,5 +1,6 @@
-"""Choosing the kind of each whole call under `num_draft_tokens="auto"`: the speculative loop, or transformers' own
-greedy/sampling loop (decoding exactly as `generate()` without a drafter would, skipping the drafter's set-up too).
+"""Choosing the kind of each whole call under `num_draft_tokens="auto"`: the speculative loop drafting, or the loop
+without a drafter (every iteration a plain verifier step, writing what `generate()` without a drafter writes, with no
+drafter set-up or call).
 
 Which kind runs is decided by the calls themselves once three of each were timed (the time per step of the latest
 ones, each kind with all it costs around the verifier: a cost table of single iterations and a plain call's average
@@ -10,8 +11,8 @@ burst slows alike) until the pairs settle it, and the pairs' readings then repla
 each were timed, the caller's cost table decides (`specdec_hf.generation.draft_length`). The kind not chosen still
 runs now and then, at growing intervals (a drafting call after 2, 4, ... 32 plain calls, after 256 while the timed
 drafting calls are clearly slower, the latest one included; a plain call after 8, 16, ... 64 drafting calls, every 2
-until three were timed), so that both stay measured. The loop's own k = 0 iterations cannot stand in for plain
-calls: at batch > 1 they still re-feed the rows that advanced unevenly.
+until three were timed), so that both stay measured. A drafting call's own k = 0 iterations cannot stand in for
+plain calls: at batch > 1 they still re-feed the rows that advanced unevenly.
 
 The choices ([`CallChoices`]) are kept by the caller (`DraftLengthSchedule`: per drafter, verifier, rule and cost
 table); nothing here reads a clock, so the choice is a deterministic function of the times it is given
@@ -209,8 +210,8 @@ class CallChoices:
     many to run before running the other once (a probe).
 
     Args:
-        plain_call_steps (`deque[float]`): The time per step of the latest calls decoded plainly (transformers' own
-            loop).
+        plain_call_steps (`deque[float]`): The time per step of the latest calls decoded plainly (the loop without a
+            drafter).
         drafting_call_steps (`deque[float]`): The time per step of the latest drafting calls (the drafter's set-up and
             the loop, per step of output). Both are kept per rule: what drafts are worth depends on it, and sampling's
             plain steps cost more than greedy's.

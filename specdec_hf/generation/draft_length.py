@@ -25,8 +25,9 @@ drafts start to pay is found again. The choice is a pure function of the costs a
 deterministic for given measurements; it never looks at the drafts being verified, so β=1 stays exactly greedy and
 speculative sampling keeps its distribution whatever k is chosen.
 
-A whole call can skip the loop ([`DraftLengthSchedule.drafts_this_call`]) and decode with transformers' own
-greedy/sampling loop, exactly as `generate()` without a drafter would: which kind of call runs is chosen by the calls'
+A whole call can skip drafting ([`DraftLengthSchedule.drafts_this_call`]): the loop then runs with no drafter, every
+iteration a plain verifier step, writing what `generate()` without a drafter writes (and, unlike transformers' greedy
+loop, feeding only the rows still decoding once some finish): which kind of call runs is chosen by the calls'
 own timings (`specdec_hf.generation.call_choice`), and before three of each kind were timed by the cost table: plain
 when even the best k is expected to give fewer tokens per second than a plain decoding step (the verifier's forward
 alone, with none of the loop's costs around it, until plain calls were timed). Since the measurements are the

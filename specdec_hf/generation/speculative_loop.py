@@ -73,7 +73,7 @@ _INITIAL_NEW_TOKENS = 256
 
 def run_speculative_loop(
     verifier,
-    drafter: Drafter,
+    drafter: Drafter | None,
     drafter_state,
     input_ids: torch.LongTensor,
     encoder_outputs: BaseModelOutput,
@@ -90,8 +90,9 @@ def run_speculative_loop(
 
     Args:
         verifier (`PreTrainedModel`): The encoder-decoder model being accelerated.
-        drafter (`Drafter`): Implements the drafting contract of `specdec_hf.drafting`.
-        drafter_state: What `drafter.init_drafting_state` returned for this batch.
+        drafter (`Drafter`, *optional*): Implements the drafting contract of `specdec_hf.drafting`; `None` decodes
+            without drafting, every iteration a plain verifier step (with `config.num_draft_tokens` 0).
+        drafter_state: What `drafter.init_drafting_state` returned for this batch (`None` without a drafter).
         input_ids (`torch.LongTensor` of shape `(batch_size, prompt_length)`): The decoder prompt (start tokens).
         encoder_outputs (`BaseModelOutput`): The verifier's encoder output for the batch.
         encoder_attention_mask (`torch.LongTensor` of shape `(batch_size, source_length)`, *optional*): Source mask.
@@ -106,6 +107,8 @@ def run_speculative_loop(
         draft_length_schedule ([`DraftLengthSchedule`], *optional*): Chooses each iteration's k, up to
             `config.num_draft_tokens` (0: a plain verifier step); `None` drafts `config.num_draft_tokens` every time.
     """
+    if drafter is None and config.num_draft_tokens != 0:
+        raise ValueError(f"internal: no drafter for k={config.num_draft_tokens}: decoding without drafting takes k=0")
     check_processor_arguments(logits_processor)
     rows = _start(input_ids, config)
     if encoder_attention_mask is not None and bool(encoder_attention_mask.all()):
@@ -644,7 +647,7 @@ def release_finished_rows(
     rows: Rows,
     context: RowContext,
     cache: EncoderDecoderCache,
-    drafter: Drafter,
+    drafter: Drafter | None,
     finished: torch.BoolTensor,
     finished_list: list[bool],
     fed_length: int,
@@ -677,14 +680,15 @@ def release_finished_rows(
     return cache_length
 
 
-def _select_rows(context: RowContext, drafter: Drafter, keep: torch.LongTensor) -> None:
+def _select_rows(context: RowContext, drafter: Drafter | None, keep: torch.LongTensor) -> None:
     """Keep only the rows `keep` (indices into the active rows) of everything the loop holds per row."""
     context.encoder_outputs = BaseModelOutput(
         last_hidden_state=context.encoder_outputs.last_hidden_state.index_select(0, keep)
     )
     if context.encoder_attention_mask is not None:
         context.encoder_attention_mask = context.encoder_attention_mask.index_select(0, keep)
-    context.drafter_state = drafter.select_rows(context.drafter_state, keep)
+    if drafter is not None:
+        context.drafter_state = drafter.select_rows(context.drafter_state, keep)
     if context.verifier_states is not None:
         context.verifier_states = context.verifier_states.index_select(0, keep)
 

@@ -588,6 +588,42 @@ def test_a_call_where_drafting_cannot_pay_decodes_plainly_and_probes_now_and_the
         torch.testing.assert_close(ours, theirs)
 
 
+@pytest.mark.parametrize("family", ["bart", "t5"])
+def test_a_plain_call_feeds_only_the_rows_still_decoding_and_never_asks_the_drafter(family, clock):
+    """A call decoded without drafting runs the loop with no drafter: rows that finished leave the batch (transformers'
+    greedy loop keeps feeding them pad), and the output is greedy's."""
+    model = build_verifier(family)
+    inputs = make_source_batch(4, seed=11, pad_token_id=model.config.pad_token_id)
+    plain = model.generate(**inputs, **GREEDY, max_new_tokens=16)
+    for candidate in plain[0, 3:].tolist():  # an EOS that ends some rows early and others later or never
+        model.generation_config.eos_token_id = candidate
+        reference = model.generate(**inputs, **GREEDY, max_new_tokens=16)
+        lengths = (reference != model.generation_config.pad_token_id).sum(dim=1)
+        if len(set(lengths.tolist())) > 1:
+            break
+    assert len(set(lengths.tolist())) > 1, "no EOS candidate ends the rows at different steps"
+    drafter = SlowWrongDrafter(reference, VOCAB_SIZE, 4, "wrong", clock=clock)
+    _calibrate(model, inputs, drafter, max_new_tokens=16)  # learns the drafts are worthless: plain calls next
+    asked = []
+    for name in ("init_drafting_state", "propose", "select_rows"):
+        method = getattr(drafter, name)
+        setattr(drafter, name, lambda *args, _name=name, _method=method, **kwargs: asked.append(_name) or _method(
+            *args, **kwargs
+        ))
+    fed_rows = []
+    hook = model.get_decoder().register_forward_pre_hook(
+        lambda module, args, kwargs: fed_rows.append(kwargs["input_ids"].shape[0]), with_kwargs=True
+    )
+    try:
+        output = _generate_auto(model, inputs, drafter, max_new_tokens=16)
+    finally:
+        hook.remove()
+    assert output.speculative_stats.drafter_calls == 0 and asked == []  # a plain call
+    assert torch.equal(output.sequences, reference)
+    assert fed_rows[0] == 4 and fed_rows == sorted(fed_rows, reverse=True) and fed_rows[-1] < 4
+    assert len(fed_rows) == reference.shape[1] - 1  # one forward per step of the longest row
+
+
 def test_auto_draft_length_keeps_the_sampling_distribution_exact_in_its_support():
     """Sampling with a chosen k: every sampled token is one the processed verifier distribution allows (top_k=1
     makes sampling deterministic, so the output equals greedy's)."""
