@@ -607,9 +607,11 @@ def test_a_plain_call_feeds_only_the_rows_still_decoding_and_never_asks_the_draf
     asked = []
     for name in ("init_drafting_state", "propose", "select_rows"):
         method = getattr(drafter, name)
-        setattr(drafter, name, lambda *args, _name=name, _method=method, **kwargs: asked.append(_name) or _method(
-            *args, **kwargs
-        ))
+        setattr(
+            drafter,
+            name,
+            lambda *args, _name=name, _method=method, **kwargs: asked.append(_name) or _method(*args, **kwargs),
+        )
     fed_rows = []
     hook = model.get_decoder().register_forward_pre_hook(
         lambda module, args, kwargs: fed_rows.append(kwargs["input_ids"].shape[0]), with_kwargs=True
