@@ -191,8 +191,6 @@ def speculative_generate(
                 schedule.start_drafting_call()
             else:
                 schedule.start_plain_call()
-        # a call without drafting runs the same loop, every iteration a plain verifier step, with no drafter: unlike
-        # transformers' greedy loop it drops finished rows, so a batch's later steps feed only the rows still decoding
         drafter_state = None
         if drafting:
             drafter_state = drafter.init_drafting_state(
@@ -200,13 +198,17 @@ def speculative_generate(
                 attention_mask=attention_mask,
                 encoder_hidden_states=encoder_outputs.last_hidden_state,
             )
+        else:
+            # the loop without a drafter, every iteration a plain step: unlike transformers' loop it feeds only the
+            # rows still decoding once some finish
+            drafter, num_draft_tokens = None, 0
         loop_config = _loop_config(
             generation_config,
             logits_processor,
             stopping_criteria,
             input_ids.shape[0],
             vocab_size,
-            num_draft_tokens if drafting else 0,
+            num_draft_tokens,
             beta,
             tau,
             draft_confidence_threshold,
@@ -214,7 +216,7 @@ def speculative_generate(
         )
         result = run_speculative_loop(
             model,
-            drafter if drafting else None,
+            drafter,
             drafter_state,
             input_ids,
             encoder_outputs,

@@ -1,6 +1,6 @@
 """Choosing the kind of each whole call under `num_draft_tokens="auto"`: the speculative loop drafting, or the loop
-without a drafter (every iteration a plain verifier step, writing what `generate()` without a drafter writes, with no
-drafter set-up or call).
+without a drafter (every iteration a plain verifier step, no drafter set-up or call: greedy decoding's tokens, sampling's
+distribution).
 
 Which kind runs is decided by the calls themselves once three of each were timed (the time per step of the latest
 ones, each kind with all it costs around the verifier: a cost table of single iterations and a plain call's average
@@ -36,7 +36,7 @@ _FIRST_CALL_PROBE_INTERVAL = 2
 _MAX_CALL_PROBE_INTERVAL = 32
 # ... and while the timed drafting calls are clearly slower per step than the plain ones (their means apart by
 # `_CLEARLY_SLOWER_ERRORS` standard errors of the difference and by `_CLEARLY_SLOWER_SHARE` of the plain mean), this
-# many: a drafting call at batch 16 on a CPU takes ~1.4 times a plain one, and a probe every 32 calls cost ~1.3%
+# many: a drafting call at batch 16 on a CPU took ~1.4 times a plain one of transformers' loop, and a probe every 32 calls cost ~1.3%
 _CLEARLY_SLOWER_PROBE_INTERVAL = 256
 _CLEARLY_SLOWER_ERRORS = 3.0
 _CLEARLY_SLOWER_SHARE = 0.1

@@ -26,8 +26,8 @@ deterministic for given measurements; it never looks at the drafts being verifie
 speculative sampling keeps its distribution whatever k is chosen.
 
 A whole call can skip drafting ([`DraftLengthSchedule.drafts_this_call`]): the loop then runs with no drafter, every
-iteration a plain verifier step, writing what `generate()` without a drafter writes (and, unlike transformers' greedy
-loop, feeding only the rows still decoding once some finish): which kind of call runs is chosen by the calls'
+iteration a plain verifier step: greedy decoding's tokens, or sampling's distribution (the draws of rows that finished
+go to other rows), and, unlike transformers' loop, feeding only the rows still decoding once some finish: which kind of call runs is chosen by the calls'
 own timings (`specdec_hf.generation.call_choice`), and before three of each kind were timed by the cost table: plain
 when even the best k is expected to give fewer tokens per second than a plain decoding step (the verifier's forward
 alone, with none of the loop's costs around it, until plain calls were timed). Since the measurements are the
@@ -472,13 +472,13 @@ class DraftLengthSchedule:
         return (_rows_bucket(rows), self._device_name, self.max_draft_tokens)
 
     def drafts_this_call(self, rows: int, largest_k: int | None = None) -> bool:
-        """Whether a call of `rows` rows runs the speculative loop at all, or decodes plainly (no drafter).
+        """Whether a call of `rows` rows drafts at all, or decodes plainly (the loop with no drafter).
 
         Until the cost table of this batch width is calibrated up to the largest k the call can time, the loop runs
         and calibrates it. Then the calls of this width decide ([`CallChoices.next_call`]), and before three of each
         kind were timed the table does: drafting when some k ≥ 1 is expected to beat a plain step (as plain calls
         measured it, [`observe_plain_call`]; before any, the verifier's forward alone). A call too short to time any
-        k ≥ 1 whose table has none decodes plainly, unrecorded: in the loop it would only take plain steps. After
+        k ≥ 1 whose table has none decodes plainly, unrecorded: drafting could time no k ≥ 1. After
         `_MAX_IDLE_CALLS` calls in a row that timed none of the table's forwards (rows that finish at their first
         iteration go on in a narrower width), the calls of this width are chosen by their own timings alone.
 

@@ -108,7 +108,9 @@ def run_speculative_loop(
             `config.num_draft_tokens` (0: a plain verifier step); `None` drafts `config.num_draft_tokens` every time.
     """
     if drafter is None and config.num_draft_tokens != 0:
-        raise ValueError(f"internal: no drafter for k={config.num_draft_tokens}: decoding without drafting takes k=0")
+        raise RuntimeError(
+            f"internal: no drafter for k={config.num_draft_tokens}: decoding without drafting takes k=0"
+        )
     check_processor_arguments(logits_processor)
     rows = _start(input_ids, config)
     if encoder_attention_mask is not None and bool(encoder_attention_mask.all()):
@@ -287,7 +289,7 @@ def _budgets(
 
 
 def draft(
-    drafter: Drafter,
+    drafter: Drafter | None,
     context: RowContext,
     batch: ActiveBatch,
     k: int,
@@ -298,6 +300,7 @@ def draft(
     """Stage 1: the drafts of every active row (updates `context.drafter_state` and the drafter counters).
 
     Args:
+        drafter (`Drafter`, *optional*): `None` only with k = 0.
         batch ([`ActiveBatch`]): The active rows.
         k (`int`): Drafts to ask for; 0 skips the drafter.
 

@@ -55,6 +55,19 @@ def _calibrate(model, inputs, drafter, **kwargs) -> None:
     raise AssertionError("the table of the batch's width was not calibrated in 30 calls")
 
 
+def _with_rows_ending_apart(model, inputs, max_new_tokens: int) -> torch.LongTensor:
+    """Set an EOS token on `model` that ends some rows of greedy decoding early and others later or never; returns
+    greedy's output with it."""
+    plain = model.generate(**inputs, **GREEDY, max_new_tokens=max_new_tokens)
+    for candidate in plain[0, 3:].tolist():
+        model.generation_config.eos_token_id = candidate
+        reference = model.generate(**inputs, **GREEDY, max_new_tokens=max_new_tokens)
+        lengths = (reference != model.generation_config.pad_token_id).sum(dim=1)
+        if len(set(lengths.tolist())) > 1:
+            return reference
+    raise AssertionError("no EOS candidate ends the rows at different steps")
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # the choice, on hand-written costs and acceptance
 # ---------------------------------------------------------------------------------------------------------------
@@ -588,22 +601,17 @@ def test_a_call_where_drafting_cannot_pay_decodes_plainly_and_probes_now_and_the
         torch.testing.assert_close(ours, theirs)
 
 
-@pytest.mark.parametrize("family", ["bart", "t5"])
-def test_a_plain_call_feeds_only_the_rows_still_decoding_and_never_asks_the_drafter(family, clock):
-    """A call decoded without drafting runs the loop with no drafter: rows that finished leave the batch (transformers'
-    greedy loop keeps feeding them pad), and the output is greedy's."""
+@pytest.mark.parametrize(("family", "sampling"), [("bart", {}), ("t5", {}), ("bart", dict(do_sample=True, top_k=1))])
+def test_a_plain_call_feeds_only_the_rows_still_decoding_and_never_asks_the_drafter(family, sampling, clock):
+    """A call decoded without drafting runs the loop with no drafter: each row leaves the batch after the step that
+    finishes it (transformers' loop keeps feeding it pad), the output is greedy's (sampling with `top_k=1` too) and
+    the statistics count one verifier pass per step of each row."""
     model = build_verifier(family)
     inputs = make_source_batch(4, seed=11, pad_token_id=model.config.pad_token_id)
-    plain = model.generate(**inputs, **GREEDY, max_new_tokens=16)
-    for candidate in plain[0, 3:].tolist():  # an EOS that ends some rows early and others later or never
-        model.generation_config.eos_token_id = candidate
-        reference = model.generate(**inputs, **GREEDY, max_new_tokens=16)
-        lengths = (reference != model.generation_config.pad_token_id).sum(dim=1)
-        if len(set(lengths.tolist())) > 1:
-            break
-    assert len(set(lengths.tolist())) > 1, "no EOS candidate ends the rows at different steps"
+    reference = _with_rows_ending_apart(model, inputs, max_new_tokens=16)
+    generated = (reference[:, 1:] != model.generation_config.pad_token_id).sum(dim=1).tolist()
     drafter = SlowWrongDrafter(reference, VOCAB_SIZE, 4, "wrong", clock=clock)
-    _calibrate(model, inputs, drafter, max_new_tokens=16)  # learns the drafts are worthless: plain calls next
+    _calibrate(model, inputs, drafter, max_new_tokens=16, **sampling)  # learns the drafts are worthless
     asked = []
     for name in ("init_drafting_state", "propose", "select_rows"):
         method = getattr(drafter, name)
@@ -617,13 +625,15 @@ def test_a_plain_call_feeds_only_the_rows_still_decoding_and_never_asks_the_draf
         lambda module, args, kwargs: fed_rows.append(kwargs["input_ids"].shape[0]), with_kwargs=True
     )
     try:
-        output = _generate_auto(model, inputs, drafter, max_new_tokens=16)
+        output = _generate_auto(model, inputs, drafter, max_new_tokens=16, **sampling)
     finally:
         hook.remove()
-    assert output.speculative_stats.drafter_calls == 0 and asked == []  # a plain call
+    assert asked == []  # a plain call: the drafter is neither set up nor called
     assert torch.equal(output.sequences, reference)
-    assert fed_rows[0] == 4 and fed_rows == sorted(fed_rows, reverse=True) and fed_rows[-1] < 4
-    assert len(fed_rows) == reference.shape[1] - 1  # one forward per step of the longest row
+    assert fed_rows == [sum(length > step for length in generated) for step in range(max(generated))]
+    stats = output.speculative_stats
+    assert stats.num_draft_tokens == 0 and stats.drafter_calls == 0 and stats.verifier_calls == len(fed_rows)
+    assert stats.generated_tokens == generated and stats.iterations == generated
 
 
 def test_auto_draft_length_keeps_the_sampling_distribution_exact_in_its_support():
@@ -654,13 +664,7 @@ def test_every_k_in_turn_with_a_state_reading_drafter_and_finishing_rows_equals_
 
     model = build_verifier(family)
     inputs = make_source_batch(4, seed=11, pad_token_id=model.config.pad_token_id)
-    plain = model.generate(**inputs, **GREEDY, max_new_tokens=16)
-    for candidate in plain[0, 3:].tolist():  # an EOS that ends some rows early and others later or never
-        model.generation_config.eos_token_id = candidate
-        reference = model.generate(**inputs, **GREEDY, max_new_tokens=16)
-        lengths = (reference != model.generation_config.pad_token_id).sum(dim=1)
-        if len(set(lengths.tolist())) > 1:
-            break
+    reference = _with_rows_ending_apart(model, inputs, max_new_tokens=16)
     torch.manual_seed(0)
     drafter = SpecDrafterModel.from_verifier(
         model, max_draft_tokens=4, decoder_layers=1, prefix_attention="causal", verifier_state_layers=[1, -1]
@@ -689,8 +693,7 @@ def test_every_k_in_turn_with_a_state_reading_drafter_and_finishing_rows_equals_
 
     monkeypatch.setattr(draft_length.DraftLengthSchedule, "next_k", recording_next_k)
     output = _generate_auto(model, inputs, drafter, max_new_tokens=16)
-    assert torch.equal(output.sequences, reference)
-    assert len(set(lengths.tolist())) > 1  # rows finished at different steps
+    assert torch.equal(output.sequences, reference)  # whose rows finish at different steps
     assert cycled  # the patched choice ran
     assert len({rows for rows, _ in chosen}) > 1 and len({k for _, k in chosen}) >= 3, chosen
     stats = output.speculative_stats
@@ -744,7 +747,7 @@ def test_plain_calls_are_compared_at_the_cost_they_were_measured_at():
 
 
 @pytest.mark.parametrize("name", ["token_streamer", "streamer"])
-def test_a_plain_call_streams_the_prompt_first_as_the_loop_does(clock, name):
+def test_a_plain_call_streams_the_prompt_first_then_each_token(clock, name):
     """transformers gives a custom_generate callable's streamer nothing: the plain call puts the prompt itself
     (`token_streamer=`), or generate() has (`streamer=`), so that `skip_prompt` streamers drop the prompt, not the
     first generated token."""
@@ -773,7 +776,7 @@ def test_a_plain_call_streams_the_prompt_first_as_the_loop_does(clock, name):
 
 
 def test_a_plain_call_failing_mid_decoding_ends_the_streamer_once(clock):
-    """transformers' loop ends its streamer only when it finishes: a plain call that fails midway ends it here."""
+    """The loop ends its streamer only when it finishes: a plain call that fails midway ends it all the same."""
     model = build_verifier("bart")
     inputs = make_source_batch(1, seed=4, pad_token_id=model.config.pad_token_id)
     reference = model.generate(**inputs, **GREEDY, max_new_tokens=20)

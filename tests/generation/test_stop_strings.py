@@ -19,8 +19,8 @@ from specdec_hf import SpecDrafterModel, enable_speculative_decoding, speculativ
 DEMO = Path(__file__).resolve().parents[2] / "models" / "demo-en-de"
 SOURCES = ["Open the file and save the changes.", "The server restarts every night after the backup."]
 GREEDY = dict(do_sample=False, num_beams=1, max_new_tokens=24)
-# a fixed k: the demo drafter's default ("auto") may decode a call with transformers' own loop, which would leave the
-# speculative loop's handling of stop strings untested on a loaded machine
+# a fixed k: the demo drafter's default ("auto") may decode a call without drafting, which would leave stopping inside
+# an iteration that accepts several tokens untested on a loaded machine
 DRAFTING = dict(num_draft_tokens=2)
 
 

@@ -65,7 +65,7 @@ def test_tokens_arrive_once_in_order(setup, route):
 @pytest.mark.parametrize("num_draft_tokens", [4, "auto"])
 def test_text_iterator_streamer_yields_the_decoded_output(setup, route, num_draft_tokens):
     """Iterating the streamer ends on both routes (it blocked forever on `custom_generate=` before), with a fixed k
-    and with `"auto"` (whose calls may run transformers' own loop)."""
+    and with `"auto"` (whose calls may decode without drafting)."""
     model, tokenizer, inputs, reference = setup
     streamer = TextIteratorStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True, timeout=60)
     drafter = OracleDrafter(reference, VOCAB_SIZE, num_draft_tokens=4, accuracy="half")
