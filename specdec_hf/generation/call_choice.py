@@ -36,7 +36,8 @@ _FIRST_CALL_PROBE_INTERVAL = 2
 _MAX_CALL_PROBE_INTERVAL = 32
 # ... and while the timed drafting calls are clearly slower per step than the plain ones (their means apart by
 # `_CLEARLY_SLOWER_ERRORS` standard errors of the difference and by `_CLEARLY_SLOWER_SHARE` of the plain mean), this
-# many: a drafting call at batch 16 on a CPU took ~1.4 times a plain one of transformers' loop, and a probe every 32 calls cost ~1.3%
+# many: a drafting call at batch 16 on a CPU took ~1.4 times a plain one of transformers' loop, and a probe every 32
+# calls cost ~1.3%
 _CLEARLY_SLOWER_PROBE_INTERVAL = 256
 _CLEARLY_SLOWER_ERRORS = 3.0
 _CLEARLY_SLOWER_SHARE = 0.1

@@ -6,7 +6,7 @@ import pytest
 import torch
 from conftest import FAMILIES, VOCAB_SIZE, build_verifier, make_source_batch
 from oracle_drafters import RandomDrafter
-from transformers import GPT2Config, GPT2LMHeadModel
+from transformers import GPT2Config, GPT2LMHeadModel, SynthIDTextWatermarkingConfig
 from transformers.generation.streamers import BaseStreamer
 
 from specdec_hf import SpecDrafterModel, enable_speculative_decoding, speculative_generate
@@ -53,6 +53,15 @@ def _generate(model, inputs, **kwargs):
 def test_bad_arguments(bart, inputs, kwargs, match):
     with pytest.raises(ValueError, match=match):
         _generate(bart, inputs, **kwargs)
+
+
+@pytest.mark.parametrize("num_draft_tokens", [2, "auto"])
+def test_synthid_watermarking_is_refused(bart, inputs, num_draft_tokens):
+    """Its state takes every call for one step of the whole batch (a shape error deep in it before): refused, named,
+    also where `"auto"` would decode the call without drafting."""
+    watermark = SynthIDTextWatermarkingConfig(keys=[654, 400, 836, 123, 340], ngram_len=3)
+    with pytest.raises(ValueError, match="SynthID watermarking .*`watermarking_config`"):
+        _generate(bart, inputs, watermarking_config=watermark, num_draft_tokens=num_draft_tokens)
 
 
 def test_beam_search_refusal_names_both_settings(bart, inputs):
