@@ -1,6 +1,6 @@
 """Choosing the kind of each whole call under `num_draft_tokens="auto"`: the speculative loop drafting, or the loop
-without a drafter (every iteration a plain verifier step, no drafter set-up or call: greedy decoding's tokens, sampling's
-distribution).
+without a drafter (every iteration a plain verifier step, no drafter set-up or call: greedy decoding's tokens,
+sampling's distribution).
 
 Which kind runs is decided by the calls themselves once three of each were timed (the time per step of the latest
 ones, each kind with all it costs around the verifier: a cost table of single iterations and a plain call's average

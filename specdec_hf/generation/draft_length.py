@@ -26,14 +26,15 @@ deterministic for given measurements; it never looks at the drafts being verifie
 speculative sampling keeps its distribution whatever k is chosen.
 
 A whole call can skip drafting ([`DraftLengthSchedule.drafts_this_call`]): the loop then runs with no drafter, every
-iteration a plain verifier step: greedy decoding's tokens, or sampling's distribution (the draws of rows that finished
-go to other rows), and, unlike transformers' loop, feeding only the rows still decoding once some finish: which kind of call runs is chosen by the calls'
-own timings (`specdec_hf.generation.call_choice`), and before three of each kind were timed by the cost table: plain
-when even the best k is expected to give fewer tokens per second than a plain decoding step (the verifier's forward
-alone, with none of the loop's costs around it, until plain calls were timed). Since the measurements are the
-machine's, the sequence of k is not reproducible from run to run: a seeded sampling run draws other numbers, and the
-relaxed rule (β > 1), whose output depends on k, can write another output. The measurements are per process and not
-guarded by a lock: calls of `generate()` in parallel threads share them and time each other's load.
+iteration a plain verifier step (greedy decoding's tokens, or sampling's distribution: the draws of rows that finished
+go to other rows), feeding only the rows still decoding once some finish, where transformers' loop feeds them all.
+Which kind of call runs is chosen by the calls' own timings (`specdec_hf.generation.call_choice`), and before three
+of each kind were timed by the cost table: plain when even the best k is expected to give fewer tokens per second
+than a plain decoding step (the verifier's forward alone, with none of the loop's costs around it, until plain calls
+were timed). Since the measurements are the machine's, the sequence of k is not reproducible from run to run: a
+seeded sampling run draws other numbers, and the relaxed rule (β > 1), whose output depends on k, can write another
+output. The measurements are per process and not guarded by a lock: calls of `generate()` in parallel threads share
+them and time each other's load.
 """
 
 from __future__ import annotations
