@@ -141,9 +141,9 @@ def commit_accepted_prefix(
         `(new_tokens, num_accepted)`: `(rows, k + 1)` tokens whose first `num_accepted + 1` are appended, and
         `(rows,)` accepted counts.
     """
-    num_accepted = (
-        torch.minimum(count_accepted(accepted), budgets) if draft_ids.shape[1] else torch.zeros_like(budgets)
-    )
+    if draft_ids.shape[1] == 0:  # a plain step: the verifier's token (the operators below cost a tenth of a step's)
+        return stop_tokens, torch.zeros_like(budgets)
+    num_accepted = torch.minimum(count_accepted(accepted), budgets)
     offsets = torch.arange(stop_tokens.shape[1], device=draft_ids.device).unsqueeze(0)
     drafts_then_stop = torch.cat([draft_ids, stop_tokens[:, draft_ids.shape[1] :]], dim=1)
     new_tokens = torch.where(offsets < num_accepted.unsqueeze(1), drafts_then_stop, stop_tokens)

@@ -83,6 +83,17 @@ def test_validation_names_the_argument(beta, tau, num_draft_tokens, name):
         validate_acceptance_arguments(beta, tau, num_draft_tokens)
 
 
+def test_commit_accepted_prefix_without_drafts_appends_the_verifier_token():
+    """A plain step (k = 0): the verifier's token alone, no draft accepted, whatever the budgets say."""
+    from specdec_hf.acceptance import commit_accepted_prefix
+
+    drafts = torch.zeros(2, 0, dtype=torch.long)
+    new_tokens, num_accepted = commit_accepted_prefix(
+        drafts, drafts.bool(), torch.tensor([[50], [60]]), torch.tensor([0, 3])
+    )
+    assert new_tokens.tolist() == [[50], [60]] and num_accepted.tolist() == [0, 0]
+
+
 def test_commit_accepted_prefix_keeps_the_run_then_the_verifier_token():
     from specdec_hf.acceptance import commit_accepted_prefix
 
