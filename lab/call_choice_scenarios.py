@@ -1,4 +1,4 @@
-"""How `num_draft_tokens="auto"` chooses whole calls (the speculative loop or transformers' plain loop) under load
+"""How `num_draft_tokens="auto"` chooses whole calls (drafting, or the loop's plain decoding) under load
 bursts, noise, length-sorted inputs and real changes: the scenarios a rule for that choice must be checked against.
 
 Each scenario is a sequence of calls, each with the time per step a plain and a drafting call would take at that
