@@ -78,8 +78,8 @@ _PRIOR_WEIGHT = 2.0
 # timed forwards of each width before a cost table is used, after one untimed (the first forward of a shape pays
 # one-off kernel set-up): the least of them stands for the width
 _CALIBRATION_ROUNDS = 2
-# calls of one row in a row that timed none of its table's forwards (each ended at its first, untimed iteration)
-# before its calls are chosen by their own timings alone (above one row they always are)
+# calls in a row of a batch width that timed none of its table's forwards (their rows finished at their first
+# iteration, into a narrower width) before that width's calls are chosen by their own timings alone
 _MAX_IDLE_CALLS = 3
 # iterations at k = 0 before the first probe of drafting; the interval doubles after a probe that did not pay
 _FIRST_PROBE_INTERVAL = 8
@@ -475,15 +475,13 @@ class DraftLengthSchedule:
     def drafts_this_call(self, rows: int, largest_k: int | None = None) -> bool:
         """Whether a call of `rows` rows drafts at all, or decodes plainly (the loop with no drafter).
 
-        For one row, until the cost table is calibrated up to the largest k the call can time, every call drafts and
-        the loop calibrates it. Above one row the calls choose from the first, expecting plain calls until both kinds
-        were timed ([`_expects_plain`]): the drafting calls, run as probes among the plain ones, calibrate the table
-        as they run. Then the calls of this width decide ([`CallChoices.next_call`]), and before three of each kind
-        were timed the table does: drafting when some k ≥ 1 is expected to beat a plain
-        step (as plain calls measured it, [`observe_plain_call`]; before any, the verifier's forward alone). A call
-        too short to time any k ≥ 1 whose table has none decodes plainly, unrecorded: drafting could time no k ≥ 1.
-        After `_MAX_IDLE_CALLS` calls of one row in a row that timed none of the table's forwards (each ended at its
-        first iteration), the calls are chosen by their own timings alone.
+        Until the cost table of this batch width is calibrated up to the largest k the call can time, the loop runs
+        and calibrates it. Then the calls of this width decide ([`CallChoices.next_call`]), and before three of each
+        kind were timed the table does: drafting when some k ≥ 1 is expected to beat a plain step (as plain calls
+        measured it, [`observe_plain_call`]; before any, the verifier's forward alone). A call too short to time any
+        k ≥ 1 whose table has none decodes plainly, unrecorded: drafting could time no k ≥ 1. After
+        `_MAX_IDLE_CALLS` calls in a row that timed none of the table's forwards (rows that finish at their first
+        iteration go on in a narrower width), the calls of this width are chosen by their own timings alone.
 
         Args:
             rows (`int`): The call's rows.
@@ -493,22 +491,16 @@ class DraftLengthSchedule:
         """
         key = self._table_key(rows)
         table = self._tables.get(key)
-        self._call_choices_now = self._call = None  # set below where a choice is made (and the call recorded)
         largest = self.max_draft_tokens if largest_k is None else min(largest_k, self.max_draft_tokens)
         self._timed_width = max(largest, 1)
         if largest < 1 and (table is None or not table.covers(1)):
             return False
         if table is None or not table.covers(self._timed_width):
             self._calibrating_key = key
-            if key[0] > 1:
-                # above one row the calls choose from the first: plain until both kinds were timed, the drafting
-                # ones (probes) calibrating the table as they run
-                drafting_by_table = _expects_plain
-            elif table is None or table.calibration.idle_calls < _MAX_IDLE_CALLS:  # the loop calibrates it
+            if table is None or table.calibration.idle_calls < _MAX_IDLE_CALLS:  # the loop calibrates it
                 return True
-            else:
-                # its calls time none of its forwards: chosen by their own timings, drafting until plain ones are timed
-                drafting_by_table = _expects_drafting
+            # its calls time none of its forwards: chosen by their own timings, drafting until plain ones are timed
+            drafting_by_table = _expects_drafting
         else:
             drafting_by_table = functools.partial(self._table_expects_drafting, table, self._timed_width)
         self._table = table
@@ -546,10 +538,10 @@ class DraftLengthSchedule:
 
     def observe_drafting_call(self, steps: int) -> None:
         """End the timing of a drafting call whose output took `steps` steps (what a plain call would have taken);
-        not recorded for a call of one row that started while its table was calibrated (no choice was made for it),
-        unless its calls are chosen by their own timings (`drafts_this_call`), and counted towards that; above one row
-        every call is chosen, and recorded, its iterations that calibrated a table included: they decoded (at a k
-        not the best)."""
+        not recorded for a call that started while its width's table was calibrated (no choice was made for it),
+        unless that width's calls are chosen by their own timings (`drafts_this_call`), and counted towards that.
+        Iterations that calibrated a narrower width once rows finished are part of its time: they decoded (at a k
+        not the best), and at a width where drafting pays most."""
         synchronize(self.device)
         if steps > 0 and self._call_choices_now is not None:
             self._call_choices_now.record(self._call, True, (_clock() - self._call_started) / steps)
@@ -666,18 +658,6 @@ class DraftLengthSchedule:
         first (this one projected the source)."""
         self._previous = None
         self._first_iteration = False
-
-
-def _expects_plain(plain_call_steps: Sequence[float]) -> bool:
-    """A width above one row whose table is not calibrated: plain calls until the calls' own timings decide.
-
-    The loop's plain decoding feeds only the rows still decoding, and on a CPU a wider batch's verification costs
-    about as many plain steps as it feeds tokens, while a table built from drafting calls, whose iterations re-feed
-    rows that advanced unevenly, puts drafting on a par with them until plain calls are timed: calibrating first ran a
-    fresh process's first calls drafting at half greedy's speed and less (docs/RESULTS.md, "Plain calls in the loop
-    without a drafter").
-    """
-    return False
 
 
 def _expects_drafting(plain_call_steps: Sequence[float]) -> bool:

@@ -104,8 +104,6 @@ def test_a_fault_that_appears_after_the_first_call_is_the_same_clear_error(bart,
     """Values are checked at every call: a late fault is refused as the first call's would be, not left to torch.
     (`clock`: with `"auto"`, the schedule's timings do not depend on the machine's load, so it keeps drafting and the
     drafter reaches its spoilt call; on the machine's clock a loaded machine can make it step without drafting.)"""
-    if kwargs.get("num_draft_tokens") == "auto":  # one row: a wider batch's first calls decode without drafting
-        inputs = {name: tensor[:1] for name, tensor in inputs.items()}
     drafter = FaultyDrafter(bart.generate(**inputs, **{**GREEDY, "max_new_tokens": 24}), fault, from_call=3)
     with pytest.raises(ValueError, match=match) as error:
         _speculative(bart, inputs, drafter, max_new_tokens=24, **kwargs)
