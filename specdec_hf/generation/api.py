@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache, EncoderDecoderCache, GenerationConfig
 from transformers.generation.configuration_utils import GenerationMode
-from transformers.generation.logits_process import LogitsProcessorList
+from transformers.generation.logits_process import LogitsProcessorList, SynthIDTextWatermarkLogitsProcessor
 from transformers.generation.stopping_criteria import (
     EosTokenCriteria,
     MaxLengthCriteria,
@@ -161,6 +161,7 @@ def speculative_generate(
                 "sampling is already exact and takes no relaxation: drop `beta`/`tau`, or set `do_sample=False`."
             )
         _check_generation_mode(generation_config, model, model_kwargs)
+        _refuse_synthid_watermarking(logits_processor)
         if token_streamer is not None and input_ids.shape[0] > 1:
             raise ValueError(
                 f"A streamer needs batch size 1 (got {input_ids.shape[0]} rows, `num_return_sequences` included): "
@@ -191,24 +192,23 @@ def speculative_generate(
                 schedule.start_drafting_call()
             else:
                 schedule.start_plain_call()
-        drafter_state = None
+        # a call without drafting runs the loop with no drafter, every iteration a plain step: unlike transformers' loop
+        # it feeds only the rows still decoding once some finish (unless rows are kept aligned)
+        loop_drafter, loop_k, drafter_state = None, 0, None
         if drafting:
+            loop_drafter, loop_k = drafter, num_draft_tokens
             drafter_state = drafter.init_drafting_state(
                 input_ids=source_ids,
                 attention_mask=attention_mask,
                 encoder_hidden_states=encoder_outputs.last_hidden_state,
             )
-        else:
-            # the loop without a drafter, every iteration a plain step: unlike transformers' loop it feeds only the
-            # rows still decoding once some finish
-            drafter, num_draft_tokens = None, 0
         loop_config = _loop_config(
             generation_config,
             logits_processor,
             stopping_criteria,
             input_ids.shape[0],
             vocab_size,
-            num_draft_tokens,
+            loop_k,
             beta,
             tau,
             draft_confidence_threshold,
@@ -216,7 +216,7 @@ def speculative_generate(
         )
         result = run_speculative_loop(
             model,
-            drafter,
+            loop_drafter,
             drafter_state,
             input_ids,
             encoder_outputs,
@@ -528,6 +528,18 @@ def _check_generation_mode(generation_config: GenerationConfig, model, model_kwa
     if model_kwargs.get("decoder_attention_mask") is not None:
         raise ValueError(
             "`decoder_attention_mask` is not supported with a `drafter`: pass an unpadded decoder prompt."
+        )
+
+
+def _refuse_synthid_watermarking(logits_processor: LogitsProcessorList) -> None:
+    """SynthID watermarking's processor keeps a state that takes each call for the next step of the whole batch; the
+    loop scores several positions per row, discards the rejected ones and drops rows as they finish."""
+    if any(isinstance(processor, SynthIDTextWatermarkLogitsProcessor) for processor in logits_processor):
+        raise ValueError(
+            "SynthID watermarking (`watermarking_config=SynthIDTextWatermarkingConfig(...)`, or its processor in "
+            "`logits_processor`) keeps a state that advances by one token per call, which speculative decoding cannot "
+            "give it (it scores several positions per verifier pass and discards the rejected ones): generate "
+            "without `drafter` to watermark, or drop the watermarking."
         )
 
 

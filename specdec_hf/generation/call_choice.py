@@ -194,7 +194,7 @@ class ChosenCall:
     """The kind of call [`CallChoices.next_call`] chose, and where its time per step goes.
 
     Args:
-        drafts (`bool`): Whether the call runs the speculative loop (else transformers' plain loop).
+        drafts (`bool`): Whether the call drafts (else the loop runs without a drafter).
         head_to_head ([`HeadToHead`], *optional*): The head-to-head the call runs in.
         place (`int`): The call's place in that head-to-head (from 0; 0 outside one).
     """

@@ -26,8 +26,9 @@ deterministic for given measurements; it never looks at the drafts being verifie
 speculative sampling keeps its distribution whatever k is chosen.
 
 A whole call can skip drafting ([`DraftLengthSchedule.drafts_this_call`]): the loop then runs with no drafter, every
-iteration a plain verifier step (greedy decoding's tokens, or sampling's distribution: the draws of rows that finished
-go to other rows), feeding only the rows still decoding once some finish, where transformers' loop feeds them all.
+iteration a plain verifier step (greedy decoding's tokens; sampling's distribution, its seeded draws other than
+transformers' once a row finishes, as a finished row draws nothing), feeding only the rows still decoding once some
+finish (unless rows are kept aligned), where transformers' loop feeds them all.
 Which kind of call runs is chosen by the calls' own timings (`specdec_hf.generation.call_choice`), and before three
 of each kind were timed by the cost table: plain when even the best k is expected to give fewer tokens per second
 than a plain decoding step (the verifier's forward alone, with none of the loop's costs around it, until plain calls

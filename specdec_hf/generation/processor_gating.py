@@ -28,7 +28,6 @@ from transformers.generation.logits_process import (
     MinNewTokensLengthLogitsProcessor,
     SequenceBiasLogitsProcessor,
     SuppressTokensLogitsProcessor,
-    SynthIDTextWatermarkLogitsProcessor,
 )
 
 __all__ = [
@@ -68,17 +67,8 @@ class CalledInTurn(LogitsProcessorList):
 def check_processor_arguments(logits_processor: LogitsProcessorList) -> None:
     """Raise the error `LogitsProcessorList.__call__` raises at its first call, before decoding starts, for a
     processor that takes arguments beyond `(input_ids, scores)`: `generate()` passes processors nothing more, and
-    neither does the loop. Also refuse SynthID watermarking, whose state advances by one token per call."""
+    neither does the loop."""
     for processor in logits_processor:
-        if isinstance(processor, SynthIDTextWatermarkLogitsProcessor):
-            # its state takes each call for the next step of the whole batch: a verification scores several
-            # positions per row, discards the rejected ones, and drops rows as they finish
-            raise ValueError(
-                "SynthID watermarking (`watermarking_config=SynthIDTextWatermarkingConfig(...)`) keeps a state that "
-                "advances by one token per call, which speculative decoding cannot give it (it scores several "
-                "positions per verifier pass and discards the rejected ones): generate without `drafter` to "
-                "watermark, or drop `watermarking_config`."
-            )
         parameters = list(inspect.signature(processor.__call__).parameters)
         if len(parameters) > 2:
             raise ValueError(

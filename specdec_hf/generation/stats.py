@@ -12,7 +12,8 @@ class SpeculativeDecodingStats:
     """Counters filled by the speculative decoding loop, per row of the batch and in total.
 
     Args:
-        num_draft_tokens (`int`): The requested number of drafted tokens per iteration (k).
+        num_draft_tokens (`int`): The requested number of drafted tokens per iteration (k; the largest k of
+            `"auto"`, 0 for a call it decoded without drafting).
         verifier_calls (`int`): Batched verifier decoder forward passes.
         drafter_calls (`int`): Batched drafter calls.
         proposed_tokens (`int`): Drafts the drafter proposed, over all rows and calls (k per active row and call, or

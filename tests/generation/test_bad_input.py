@@ -55,13 +55,18 @@ def test_bad_arguments(bart, inputs, kwargs, match):
         _generate(bart, inputs, **kwargs)
 
 
-@pytest.mark.parametrize("num_draft_tokens", [2, "auto"])
-def test_synthid_watermarking_is_refused(bart, inputs, num_draft_tokens):
+@pytest.mark.parametrize("drafts", [True, False])
+def test_synthid_watermarking_is_refused(bart, inputs, drafts, monkeypatch):
     """Its state takes every call for one step of the whole batch (a shape error deep in it before): refused, named,
-    also where `"auto"` would decode the call without drafting."""
+    also in a call that `"auto"` decodes without drafting (before 8cd64d3 such calls ran transformers' loop)."""
+    from specdec_hf.generation import draft_length
+
+    monkeypatch.setattr(draft_length.DraftLengthSchedule, "drafts_this_call", lambda schedule, *args: drafts)
+    drafter = RandomDrafter(VOCAB_SIZE)
+    drafter.init_drafting_state = lambda *args, **kwargs: pytest.fail("refused before the drafter is set up")
     watermark = SynthIDTextWatermarkingConfig(keys=[654, 400, 836, 123, 340], ngram_len=3)
-    with pytest.raises(ValueError, match="SynthID watermarking .*`watermarking_config`"):
-        _generate(bart, inputs, watermarking_config=watermark, num_draft_tokens=num_draft_tokens)
+    with pytest.raises(ValueError, match="SynthID watermarking .*`watermarking_config"):
+        _generate(bart, inputs, drafter=drafter, watermarking_config=watermark, num_draft_tokens="auto")
 
 
 def test_beam_search_refusal_names_both_settings(bart, inputs):

@@ -1,4 +1,4 @@
-"""Whole calls under `num_draft_tokens="auto"`: the speculative loop or transformers' plain loop, chosen by the
+"""Whole calls under `num_draft_tokens="auto"`: drafting, or the loop without a drafter, chosen by the
 calls' own timings (`specdec_hf.generation.call_choice`) or, before three of each kind were timed, the cost table; on
 the test clock, so that the machine's load does not decide."""
 

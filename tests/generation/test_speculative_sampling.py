@@ -110,6 +110,29 @@ def test_output_distribution_matches_plain_sampling(verifier, source, drafter_na
     assert chi_square_p_value(reference, speculative) > 0.001
 
 
+@pytest.mark.parametrize("warping", list(WARPING))
+def test_a_call_decoded_without_drafting_samples_the_same_distribution(verifier, source, warping, monkeypatch):
+    """`"auto"`'s calls without drafting run the loop with no drafter, rows leaving the batch as they finish (not
+    transformers' loop): the output distribution is plain sampling's."""
+    from specdec_hf.generation import draft_length
+
+    monkeypatch.setattr(draft_length.DraftLengthSchedule, "drafts_this_call", lambda schedule, *args: False)
+    reference = _sample(verifier, source, seed=10, **WARPING[warping])
+    drafter = RandomDrafter(VOCAB, num_draft_tokens=3, seed=4)
+    output = _sample(
+        verifier,
+        source,
+        seed=11,
+        **WARPING[warping],
+        custom_generate=speculative_generate,
+        drafter=drafter,
+        num_draft_tokens="auto",
+        return_dict_in_generate=True,
+    )
+    assert output.speculative_stats.drafter_calls == 0  # a call without drafting
+    assert chi_square_p_value(reference, output.sequences) > 0.001
+
+
 @pytest.mark.parametrize("drafter_name", ["spec_drafter", "random", "oracle"])
 def test_broken_rule_is_detected(verifier, source, drafter_name, monkeypatch):
     """The same test rejects an implementation that always accepts the drafts: it has the power to fail."""
