@@ -709,7 +709,9 @@ def assemble(rows: Rows, prompt_length: int, stats: SpeculativeDecodingStats, co
         scores, logits = _per_position(rows.recorded, rows.lengths, prompt_length, total_length)
         scores_out = tuple(scores.unbind(1)) if config.output_scores else None
         logits_out = tuple(logits.unbind(1)) if config.output_logits else None
-    return LoopResult(rows.sequences[:, :total_length], stats, scores_out, logits_out)
+    # contiguous, as generate() returns its sequences (the buffer holds room for k + 1 tokens after the longest row:
+    # a slice of it would refuse `view` and cost strided reads)
+    return LoopResult(rows.sequences[:, :total_length].contiguous(), stats, scores_out, logits_out)
 
 
 def _per_position(

@@ -32,6 +32,17 @@ def test_a_huge_length_limit_with_an_early_eos_matches_greedy():
     )
 
 
+def test_the_sequences_are_contiguous_as_greedys_are():
+    """The buffer keeps room for k + 1 tokens after the longest row: what is returned is a copy of the used columns,
+    not a strided slice of it (`view` would refuse it)."""
+    model = build_verifier("bart")
+    inputs = make_source_batch(2)
+    reference = model.generate(**inputs, **GREEDY, max_new_tokens=8)
+    output = _speculative(model, inputs, OracleDrafter(reference, VOCAB_SIZE, 4, "half"), max_new_tokens=8)
+    assert torch.equal(output, reference) and reference.is_contiguous() and output.is_contiguous()
+    assert torch.equal(output.view(-1), reference.view(-1))
+
+
 @pytest.mark.parametrize("drafter_class", [OracleDrafter, StateRecordingDrafter])
 def test_rows_outgrowing_the_first_allocation_match_greedy(monkeypatch, drafter_class):
     """With room for 2 new tokens at first, the buffer (and the verifier states read with it) grows many times."""
