@@ -503,7 +503,7 @@ class DraftLengthSchedule:
             # its calls time none of its forwards: chosen by their own timings, drafting until plain ones are timed
             drafting_by_table = _expects_drafting
         else:
-            drafting_by_table = functools.partial(self._table_expects_drafting, table, self._timed_width)
+            drafting_by_table = functools.partial(self._table_expects_drafting, table, self._timed_width, key[0] > 1)
         self._table = table
         choices = self._call_choices.setdefault(key, CallChoices())
         self._call_choices_now = choices
@@ -511,13 +511,18 @@ class DraftLengthSchedule:
         return self._call.drafts
 
     def _table_expects_drafting(
-        self, table: IterationCostTable, width: int, plain_call_steps: Sequence[float]
+        self, table: IterationCostTable, width: int, several_rows: bool, plain_call_steps: Sequence[float]
     ) -> bool:
         """Whether some k in 1..`width` is expected to give more tokens per second than a plain step: a plain step as
-        plain calls measured it (lower quartile), before any the verifier's forward alone (optimistic for plain
-        decoding: it wins every call drafting cannot clearly win)."""
+        plain calls measured it (lower quartile); before any, for one row the verifier's forward alone (optimistic for
+        plain decoding: it wins every call drafting cannot clearly win), and above one row none (plain): there the
+        table's k = 0 iterations, in drafting calls, re-feed rows that advanced unevenly, so they are no plain call's
+        steps (at batch 16 on the demo pair about twice one), and a plain call is timed first."""
         plain_step = _lower_quartile(plain_call_steps)
-        plain_step = table.verify_seconds[0] if plain_step is None else plain_step
+        if plain_step is None:
+            if several_rows:
+                return False
+            plain_step = table.verify_seconds[0]
         acceptance = self.acceptance.probabilities(width)
         return choose_draft_length([plain_step, *table.iteration_seconds(width)[1:]], acceptance) > 0
 

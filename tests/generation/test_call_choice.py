@@ -101,13 +101,14 @@ def test_calls_slowed_by_a_burst_of_other_work_do_not_decide_after_it(clock):
 
 
 def test_timed_calls_decide_over_the_cost_table_head_to_head(clock):
-    """The table expects drafting to pay, but drafting calls take 1.25 times a plain call per step: plain calls run
-    after every 2 drafting ones until three were timed, the two kinds then run alternately (plain first, then in
-    turn which goes first: `.DD..DD.`) and plain decoding takes over. Once drafting calls become faster, the probes
-    of drafting find it and, after another head-to-head, drafting takes over."""
+    """The table expects drafting to pay, but drafting calls take 1.25 times a plain call per step. Above one row the
+    table judges only once a plain call was timed (its k = 0 iterations are no plain call's steps), so the first call
+    is plain; then plain calls run after every 2 drafting ones until three were timed, the two kinds then run
+    alternately (plain first, then in turn which goes first: `.DD..DD.`) and plain decoding takes over. Once drafting
+    calls become faster, the probes of drafting find it and, after another head-to-head, drafting takes over."""
     keys = _process_expecting("drafting")
     kinds = _choose_calls(clock, keys, [(1.0, 1.25)] * 60)
-    assert kinds == "DD." * 3 + ".DD..DD." + "." * 43
+    assert kinds == "." + "DD." * 2 + ".DD..DD." + "." * 45
     kinds = _choose_calls(clock, keys, [(1.0, 0.8)] * 600)
     assert kinds[:200] == "." * 200  # clearly slower: a drafting call only after 256 plain ones
     switch = kinds.index("D..DD..D")  # a head-to-head, drafting challenging
@@ -121,7 +122,7 @@ def test_one_slow_call_right_after_a_head_to_head_does_not_start_another(clock):
     start another only once it holds `_FRESH_CALLS` calls of its own, not at the first slow one."""
     keys = _process_expecting("drafting")
     kinds = _choose_calls(clock, keys, [(1.0, 1.25)] * 20)
-    assert kinds.endswith(".DD..DD." + "." * 3)  # a head-to-head, then plain
+    assert kinds.endswith(".DD..DD." + "." * 5)  # a head-to-head, then plain
     # seven plain calls at 1 and one at 3.5: the plain window's mean above the drafting window's 1.25 for two calls
     kinds = _choose_calls(clock, keys, [(3.5, 1.25)] + [(1.0, 1.25)] * 10)
     assert kinds.startswith(".") and "DD" not in kinds, kinds  # probes of drafting, but no head-to-head
@@ -286,6 +287,10 @@ def test_a_drafting_call_is_timed_per_step_whole_unless_its_width_was_calibrated
     schedule.observe_drafting_call(4)
     assert list(schedule._call_choices[(1, "cpu", 2)].drafting_call_steps) == [2.0]
     schedule._tables[(4, "cpu", 2)] = IterationCostTable([1.0, 1.1, 1.2])
+    assert not schedule.drafts_this_call(4)  # above one row a plain call is timed before the table judges
+    schedule.start_plain_call()
+    clock.spend(15.0)  # 16 units: 4 per step of 4, slower than the table's drafting
+    schedule.observe_plain_call(4)
     assert schedule.drafts_this_call(4)
     schedule.start_drafting_call()
     assert schedule.next_k(2, 2) == 0  # rows finished into width 2: its table is calibrated, from k = 0

@@ -362,7 +362,7 @@ def test_calls_that_cannot_reach_the_wider_k_choose_once_the_k_they_reach_are_ca
     assert table.covers(2) and not table.covers(3)
     assert schedule.drafts_this_call(1, largest_k=10) and schedule._call_choices_now is None  # waits for k = 3, 4
     asked = []
-    schedule._table_expects_drafting = lambda table, width, steps: asked.append(width) or True
+    schedule._table_expects_drafting = lambda table, width, several_rows, steps: asked.append(width) or True
     assert schedule.drafts_this_call(1, largest_k=2) and schedule._call_choices_now is not None
     assert asked == [2]  # the table asked about the k the call reaches only
     assert schedule.drafts_this_call(1, largest_k=0) and asked == [2, 1]  # k = 1 was timed: chosen
