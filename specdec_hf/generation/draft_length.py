@@ -31,8 +31,8 @@ transformers' once a row finishes, as a finished row draws nothing), feeding onl
 finish (unless rows are kept aligned), where transformers' loop feeds them all.
 Which kind of call runs is chosen by the calls' own timings (`specdec_hf.generation.call_choice`), and before three
 of each kind were timed by the cost table: plain when even the best k is expected to give fewer tokens per second
-than a plain decoding step (the verifier's forward alone, with none of the loop's costs around it, until plain calls
-were timed). Since the measurements are the machine's, the sequence of k is not reproducible from run to run: a
+than a plain decoding step (until plain calls were timed: for one row the verifier's forward alone, with none of the
+loop's costs around it; above one row plain, until a plain call of that width was timed under any rule). Since the measurements are the machine's, the sequence of k is not reproducible from run to run: a
 seeded sampling run draws other numbers, and the relaxed rule (β > 1), whose output depends on k, can write another
 output. The measurements are per process and not guarded by a lock: calls of `generate()` in parallel threads share
 them and time each other's load.
@@ -443,6 +443,7 @@ class DraftLengthSchedule:
         except TypeError:  # a drafter that cannot be weakly referenced: counts for this call only
             per_rule = {}
         self.acceptance, self._call_choices = per_rule.setdefault(rule, (AcceptanceEstimate(), {}))
+        self._every_rule = per_rule  # rule -> (acceptance, call choices per table key)
         self._table: IterationCostTable | None = None
         # this call's choices of its width (None: its table was being calibrated when the call started)
         self._call_choices_now: CallChoices | None = None
@@ -479,7 +480,8 @@ class DraftLengthSchedule:
         Until the cost table of this batch width is calibrated up to the largest k the call can time, the loop runs
         and calibrates it. Then the calls of this width decide ([`CallChoices.next_call`]), and before three of each
         kind were timed the table does: drafting when some k ≥ 1 is expected to beat a plain step (as plain calls
-        measured it, [`observe_plain_call`]; before any, the verifier's forward alone). A call too short to time any
+        measured it, [`observe_plain_call`]; before any, for one row the verifier's forward alone, above one row
+        plain: [`_table_expects_drafting`]). A call too short to time any
         k ≥ 1 whose table has none decodes plainly, unrecorded: drafting could time no k ≥ 1. After
         `_MAX_IDLE_CALLS` calls in a row that timed none of the table's forwards (rows that finish at their first
         iteration go on in a narrower width), the calls of this width are chosen by their own timings alone.
@@ -503,7 +505,7 @@ class DraftLengthSchedule:
             # its calls time none of its forwards: chosen by their own timings, drafting until plain ones are timed
             drafting_by_table = _expects_drafting
         else:
-            drafting_by_table = functools.partial(self._table_expects_drafting, table, self._timed_width, key[0] > 1)
+            drafting_by_table = functools.partial(self._table_expects_drafting, table, self._timed_width, key)
         self._table = table
         choices = self._call_choices.setdefault(key, CallChoices())
         self._call_choices_now = choices
@@ -511,17 +513,29 @@ class DraftLengthSchedule:
         return self._call.drafts
 
     def _table_expects_drafting(
-        self, table: IterationCostTable, width: int, several_rows: bool, plain_call_steps: Sequence[float]
+        self, table: IterationCostTable, width: int, key: tuple, plain_call_steps: Sequence[float]
     ) -> bool:
         """Whether some k in 1..`width` is expected to give more tokens per second than a plain step: a plain step as
         plain calls measured it (lower quartile); before any, for one row the verifier's forward alone (optimistic for
-        plain decoding: it wins every call drafting cannot clearly win), and above one row none (plain): there the
-        table's k = 0 iterations, in drafting calls, re-feed rows that advanced unevenly, so they are no plain call's
-        steps (at batch 16 on the demo pair about twice one), and a plain call is timed first."""
+        plain decoding: it wins every call drafting cannot clearly win), and above one row the plain calls of this
+        width timed under any rule, and before any of those none (plain): there the table's k = 0 iterations, in
+        drafting calls, re-feed rows that advanced unevenly, so they are no plain call's steps (at batch 16 on the demo
+        pair about twice one), and a plain call is timed first."""
         plain_step = _lower_quartile(plain_call_steps)
-        if plain_step is None:
-            if several_rows:
+        if plain_step is None and key[0] > 1:
+            # sampling settings that change every call are each a rule of its own: their plain steps are alike enough
+            # to judge by until this rule's own are timed
+            plain_step = _lower_quartile(
+                [
+                    step
+                    for _, choices in self._every_rule.values()
+                    if key in choices
+                    for step in choices[key].plain_call_steps
+                ]
+            )
+            if plain_step is None:
                 return False
+        if plain_step is None:
             plain_step = table.verify_seconds[0]
         acceptance = self.acceptance.probabilities(width)
         return choose_draft_length([plain_step, *table.iteration_seconds(width)[1:]], acceptance) > 0

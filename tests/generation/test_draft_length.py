@@ -565,6 +565,27 @@ def test_auto_draft_length_equals_greedy(family, batch_size, accuracy, clock):
         assert stats.tokens_per_iteration > 2.0  # sure drafts are verified, several at a time
 
 
+def test_above_one_row_a_new_rule_judges_drafting_by_plain_calls_of_any_rule(clock):
+    """Above one row the table judges drafting only once a plain call of the width was timed; sampling settings that
+    change every call (each a rule of its own, as per-request temperatures would be) judge by the plain calls timed
+    under another rule, and draft where drafting pays (`top_k=1`: greedy's tokens)."""
+    model = build_verifier("bart")
+    # a forward costs ten units, a plain call's too (the step clock alone charges a unit per reading, and a drafting
+    # iteration reads it a few times where a whole plain call reads it twice)
+    model.register_forward_hook(lambda *args: clock.spend(10.0))
+    inputs = make_source_batch(4, seed=3, pad_token_id=model.config.pad_token_id)
+    reference = model.generate(**inputs, **GREEDY, max_new_tokens=20)
+    drafter = OracleDrafter(reference, VOCAB_SIZE, 6, "right")
+    _calibrate(model, inputs, drafter, max_new_tokens=20)
+    first = _generate_auto(model, inputs, drafter, max_new_tokens=20)
+    assert first.speculative_stats.drafter_calls == 0  # no plain call of this width timed yet: one is
+    for call in range(6):
+        sampled = dict(do_sample=True, top_k=1, temperature=0.5 + 0.01 * call)  # a rule never seen before
+        output = _generate_auto(model, inputs, drafter, max_new_tokens=20, **sampled)
+        assert torch.equal(output.sequences, reference)
+        assert output.speculative_stats.drafter_calls > 0, call
+
+
 def test_k_zero_iterations_are_greedy_steps(family, clock):
     """Drafts that are always wrong: after the prior is spent, the loop steps without drafting, one token each."""
     model = build_verifier(family)
