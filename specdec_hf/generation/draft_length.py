@@ -28,14 +28,14 @@ speculative sampling keeps its distribution whatever k is chosen.
 A whole call can skip drafting ([`DraftLengthSchedule.drafts_this_call`]): the loop then runs with no drafter, every
 iteration a plain verifier step (greedy decoding's tokens; sampling's distribution, its seeded draws other than
 transformers' once a row finishes, as a finished row draws nothing), feeding only the rows still decoding once some
-finish (unless rows are kept aligned), where transformers' loop feeds them all.
-Which kind of call runs is chosen by the calls' own timings (`specdec_hf.generation.call_choice`), and before three
-of each kind were timed by the cost table: plain when even the best k is expected to give fewer tokens per second
-than a plain decoding step (until plain calls were timed: for one row the verifier's forward alone, with none of the
-loop's costs around it; above one row plain, until a plain call of that width was timed under any rule). Since the measurements are the machine's, the sequence of k is not reproducible from run to run: a
-seeded sampling run draws other numbers, and the relaxed rule (β > 1), whose output depends on k, can write another
-output. The measurements are per process and not guarded by a lock: calls of `generate()` in parallel threads share
-them and time each other's load.
+finish (unless rows are kept aligned), where transformers' loop feeds them all. Which kind of call runs is chosen by the
+calls' own timings (`specdec_hf.generation.call_choice`), and before three of each kind were timed by the cost table:
+plain when even the best k is expected to give fewer tokens per second than a plain decoding step (until plain calls
+were timed: for one row the verifier's forward alone, with none of the loop's costs around it; above one row plain,
+until a plain call of that width was timed under any rule). Since the measurements are the machine's, the sequence of k
+is not reproducible from run to run: a seeded sampling run draws other numbers, and the relaxed rule (β > 1), whose
+output depends on k, can write another output. The measurements are per process and not guarded by a lock: calls of
+`generate()` in parallel threads share them and time each other's load.
 """
 
 from __future__ import annotations
@@ -477,14 +477,14 @@ class DraftLengthSchedule:
     def drafts_this_call(self, rows: int, largest_k: int | None = None) -> bool:
         """Whether a call of `rows` rows drafts at all, or decodes plainly (the loop with no drafter).
 
-        Until the cost table of this batch width is calibrated up to the largest k the call can time, the loop runs
-        and calibrates it. Then the calls of this width decide ([`CallChoices.next_call`]), and before three of each
-        kind were timed the table does: drafting when some k ≥ 1 is expected to beat a plain step (as plain calls
-        measured it, [`observe_plain_call`]; before any, for one row the verifier's forward alone, above one row
-        plain: [`_table_expects_drafting`]). A call too short to time any
-        k ≥ 1 whose table has none decodes plainly, unrecorded: drafting could time no k ≥ 1. After
-        `_MAX_IDLE_CALLS` calls in a row that timed none of the table's forwards (rows that finish at their first
-        iteration go on in a narrower width), the calls of this width are chosen by their own timings alone.
+        Until the cost table of this batch width is calibrated up to the largest k the call can time, the loop runs and
+        calibrates it. Then the calls of this width decide ([`CallChoices.next_call`]), and before three of each kind
+        were timed the table does: drafting when some k ≥ 1 is expected to beat a plain step (as plain calls measured
+        it, [`observe_plain_call`]; before any, for one row the verifier's forward alone, above one row those timed
+        under other rules, else plain: [`_table_expects_drafting`]). A call too short to time any k ≥ 1 whose table has none decodes plainly,
+        unrecorded: drafting could time no k ≥ 1. After `_MAX_IDLE_CALLS` calls in a row that timed none of the table's
+        forwards (rows that finish at their first iteration go on in a narrower width), the calls of this width are
+        chosen by their own timings alone.
 
         Args:
             rows (`int`): The call's rows.
