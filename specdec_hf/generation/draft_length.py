@@ -481,10 +481,10 @@ class DraftLengthSchedule:
         calibrates it. Then the calls of this width decide ([`CallChoices.next_call`]), and before three of each kind
         were timed the table does: drafting when some k ≥ 1 is expected to beat a plain step (as plain calls measured
         it, [`observe_plain_call`]; before any, for one row the verifier's forward alone, above one row those timed
-        under other rules, else plain: [`_table_expects_drafting`]). A call too short to time any k ≥ 1 whose table has none decodes plainly,
-        unrecorded: drafting could time no k ≥ 1. After `_MAX_IDLE_CALLS` calls in a row that timed none of the table's
-        forwards (rows that finish at their first iteration go on in a narrower width), the calls of this width are
-        chosen by their own timings alone.
+        under other rules, else plain: [`_table_expects_drafting`]). A call too short to time any k ≥ 1 whose table has
+        none decodes plainly, unrecorded: drafting could time no k ≥ 1. After `_MAX_IDLE_CALLS` calls in a row that
+        timed none of the table's forwards (rows that finish at their first iteration go on in a narrower width), the
+        calls of this width are chosen by their own timings alone.
 
         Args:
             rows (`int`): The call's rows.
