@@ -525,20 +525,21 @@ class DraftLengthSchedule:
         if plain_step is None and key[0] > 1:
             # sampling settings that change every call are each a rule of its own: their plain steps are alike enough
             # to judge by until this rule's own are timed
-            plain_step = _lower_quartile(
-                [
-                    step
-                    for _, choices in self._every_rule.values()
-                    if key in choices
-                    for step in choices[key].plain_call_steps
-                ]
-            )
+            plain_step = _lower_quartile(self._plain_call_steps_of_every_rule(key))
             if plain_step is None:
                 return False
         if plain_step is None:
             plain_step = table.verify_seconds[0]
         acceptance = self.acceptance.probabilities(width)
         return choose_draft_length([plain_step, *table.iteration_seconds(width)[1:]], acceptance) > 0
+
+    def _plain_call_steps_of_every_rule(self, key: tuple) -> list[float]:
+        """The times per step of the plain calls of the width `key` timed so far, under every rule."""
+        steps = []
+        for _, choices in self._every_rule.values():
+            if key in choices:
+                steps.extend(choices[key].plain_call_steps)
+        return steps
 
     def start_plain_call(self) -> None:
         """Start timing a call decoded plainly (after `drafts_this_call` said so)."""
