@@ -7,8 +7,9 @@ iteration; this module chooses it from two measured things:
 
 - **what an iteration costs** ([`IterationCostTable`]): a verifier forward over the uncached tokens and w drafts,
   timed once per process, drafter, verifier, batch width and device in the loop's own first iterations at that width
-  ([`ForwardCalibration`]: they run every w in turn, so that calibrating costs no forward beyond decoding's), plus
-  what the loop pays around it, read from the iterations' own wall time as decoding runs: without a drafter call,
+  ([`ForwardCalibration`]: they run every w in turn, from 0 up, so that calibrating costs no forward beyond
+  decoding's, and stop at the first w whose forward alone costs more than any k is expected to bring), plus what the
+  loop pays around it, read from the iterations' own wall time as decoding runs: without a drafter call,
   and with one as a base and a cost per draft (the drafter's queries, the wider logits), the latter from pairs of
   consecutive iterations whose k differs by one (every few drafting iterations run a k next to the best one);
 - **what the drafts are worth** ([`AcceptanceEstimate`]): how often the first i drafts were all accepted so far by
@@ -176,6 +177,11 @@ class ForwardCalibration:
     made: each w runs `1 + _CALIBRATION_ROUNDS` times, the first untimed (a shape's first forward pays one-off kernel
     set-up), and the least of the timed ones stands for w (a timing is only ever slowed by what else runs).
 
+    The widths are taken from 0 up: w + 1 joins once every w up to the frontier was timed and w's forward leaves some
+    k ≥ w + 1 a chance to pay (`record`); a w whose forward alone costs more than any k could bring ends the
+    calibration there (`cap`; `record`), so that wide batches, where each draft widens a forward of many rows, do not
+    time wider forwards that can only lose.
+
     Args:
         seen (`list[int]`): Per w (0..max k), the iterations that chose it whose forward was counted, the untimed
             first included.
@@ -183,12 +189,17 @@ class ForwardCalibration:
         idle_calls (`int`): Drafting calls in a row that started at this width while it was calibrated and after
             which no forward more was counted than after the one before (`DraftLengthSchedule.drafts_this_call`).
         seen_after_last_call (`int`): The forwards counted, all w together, after the last such call.
+        frontier (`int`): The widest w run so far or next; the wider ones wait.
+        cap (`int`, *optional*): The widest w worth timing, once a w was found that no k ≥ w can pay at; `None`
+            while every w may still be.
     """
 
     seen: list[int]
     least: list[float]
     idle_calls: int = 0
     seen_after_last_call: int = 0
+    frontier: int = 1
+    cap: int | None = None
 
     @classmethod
     def for_widths(cls, widths: int) -> ForwardCalibration:
@@ -210,20 +221,50 @@ class ForwardCalibration:
             count += 1
         return count
 
+    def widths_to_time(self) -> int:
+        """How many w, from 0 up, the calibration times: up to the `cap` once one is set, else every w."""
+        return len(self.seen) if self.cap is None else self.cap + 1
+
+    def _advance(self, plain_seconds: float, tokens_bound: float) -> None:
+        """Let the next w join, or set the `cap`, by what the widths up to the frontier cost.
+
+        A k ≥ w can pay only where its iteration, at least w's forward plus the loop's own work of a plain iteration
+        (`plain_seconds` less the plain forward), costs less than `tokens_bound` plain iterations (the most tokens
+        any k is expected to bring, acceptance counts so far): its forward below `(tokens_bound - 1) * plain_seconds`
+        plus the plain forward. The frontier's w joins once each w up to it was timed and its least forward is
+        below that; a frontier whose w cannot pay becomes the `cap` only after all its forwards (one slow reading must not
+        end the calibration)."""
+        while self.cap is None and self.frontier < len(self.seen) - 1:
+            frontier = self.frontier
+            if any(seen < 2 for seen in self.seen[: frontier + 1]):  # each w up to it timed once
+                return
+            if self.least[frontier] < (tokens_bound - 1.0) * plain_seconds + self.least[0]:
+                self.frontier += 1
+            elif self.seen[frontier] > _CALIBRATION_ROUNDS:
+                self.cap = frontier
+            else:
+                return
+
     def next_width(self, largest: int) -> int:
-        """The w the next iteration runs at, among 0..`largest` not complete: round by round (the fewest forwards
-        first), alternately from the narrowest and from the widest, so that the cache's growth during a call does not
-        make the wider forwards look dearer than they are."""
-        candidates = [width for width in range(largest + 1) if self.seen[width] <= _CALIBRATION_ROUNDS]
+        """The w the next iteration runs at, among 0..`largest` up to the frontier and not complete: round by round
+        (the fewest forwards first), alternately from the narrowest and from the widest, so that the cache's growth
+        during a call does not make the wider forwards look dearer than they are."""
+        top = min(largest, self.frontier)
+        candidates = [width for width in range(top + 1) if self.seen[width] <= _CALIBRATION_ROUNDS]
         fewest = min(self.seen[width] for width in candidates)
         this_round = [width for width in candidates if self.seen[width] == fewest]
         return this_round[0] if fewest % 2 == 0 else this_round[-1]
 
-    def record(self, width: int, seconds: float) -> None:
-        """Count one forward at `width` that took `seconds` (not timed if it is the width's first)."""
+    def record(
+        self, width: int, seconds: float, plain_seconds: float | None = None, tokens_bound: float = math.inf
+    ) -> None:
+        """Count one forward at `width` that took `seconds` (not timed if it is the width's first), and move the
+        frontier or set the cap by what a plain iteration costs (`plain_seconds`; by default the plain forward) and
+        the most tokens an iteration is expected to bring (`tokens_bound`; by default no bound: every w is timed)."""
         if self.seen[width]:
             self.least[width] = min(self.least[width], seconds)
         self.seen[width] += 1
+        self._advance(self.least[0] if plain_seconds is None else plain_seconds, tokens_bound)
 
 
 @dataclass
@@ -271,19 +312,23 @@ class IterationCostTable:
         """Whether the forwards of every k up to `width` were timed."""
         return width < len(self.verify_seconds)
 
-    def observe_forward(self, k: int, seconds: float) -> None:
+    def observe_forward(self, k: int, seconds: float, tokens_bound: float = math.inf) -> None:
         """Count a forward of an iteration that chose `k` drafts while the table is calibrated (the drafter may have
         proposed fewer: what choosing k costs is what is timed); `verify_seconds` grows as the widths from 0 up
-        complete, made non-decreasing in the width (feeding more tokens never costs less; pool-adjacent-violators)."""
+        complete, made non-decreasing in the width (feeding more tokens never costs less; pool-adjacent-violators).
+        `tokens_bound`, the most tokens an iteration of any k is expected to bring, lets the calibration stop below
+        the widths that cannot pay ([`ForwardCalibration.record`]); the table's largest k is then the `cap`, also for
+        the rules timed with it later (the tables are per width, not per rule: a rule whose drafts are accepted further
+        chooses among the k up to it)."""
         calibration = self.calibration
-        calibration.record(k, seconds)
-        complete = calibration.complete_widths()
+        calibration.record(k, seconds, _lower_quartile(self.plain_recent), tokens_bound)
+        complete = min(calibration.complete_widths(), calibration.widths_to_time())
         if complete > len(self.verify_seconds):
             self.verify_seconds = non_decreasing(calibration.least[:complete])
             self.__dict__.pop("forward_per_draft", None)  # derived from `verify_seconds`
             self._step_costs_memo = None
-            if complete == len(calibration.seen):
-                self.calibration = None
+        if complete == calibration.widths_to_time():
+            self.calibration = None
 
     @property
     def per_draft(self) -> float:
@@ -498,14 +543,15 @@ class DraftLengthSchedule:
         self._timed_width = max(largest, 1)
         if largest < 1 and (table is None or not table.covers(1)):
             return False
-        if table is None or not table.covers(self._timed_width):
+        if table is None or not table.covers(min(self._timed_width, table.largest_k)):
             self._calibrating_key = key
             if table is None or table.calibration.idle_calls < _MAX_IDLE_CALLS:  # the loop calibrates it
                 return True
             # its calls time none of its forwards: chosen by their own timings, drafting until plain ones are timed
             drafting_by_table = _expects_drafting
         else:
-            drafting_by_table = functools.partial(self._table_expects_drafting, table, self._timed_width, key)
+            width = min(self._timed_width, table.largest_k)
+            drafting_by_table = functools.partial(self._table_expects_drafting, table, width, key)
         self._table = table
         choices = self._call_choices.setdefault(key, CallChoices())
         self._call_choices_now = choices
@@ -592,7 +638,7 @@ class DraftLengthSchedule:
             self._previous = None
         self._table, self._rows = table, rows
         width = min(limit, self.max_draft_tokens)
-        if table.covers(min(width, self._timed_width)):
+        if table.covers(min(width, self._timed_width, table.largest_k)):
             self._times_forward = False
             # the first iteration may take a k wider than the call can time: the widest the table covers
             self._k = self._chosen_k(table, min(width, len(table.verify_seconds) - 1))
@@ -647,7 +693,9 @@ class DraftLengthSchedule:
         started = _clock()
         result = forward()
         synchronize(self.device)
-        self._table.observe_forward(self._k, _clock() - started)
+        seconds = _clock() - started
+        tokens_bound = 1.0 + sum(self.acceptance.probabilities(self.max_draft_tokens))
+        self._table.observe_forward(self._k, seconds, tokens_bound)
         return result
 
     def observe(self, accepted: Sequence[int]) -> None:

@@ -278,13 +278,60 @@ def test_a_calibration_keeps_the_least_timed_forward_of_each_width_after_its_fir
         width = calibration.next_width(2)
         order.append(width)
         calibration.record(width, readings[width][calibration.seen[width]])
-    # round by round, from the narrowest, then from the widest: the cache grows over a call
-    assert order == [0, 1, 2, 2, 1, 0, 0, 1, 2]
+    # round by round, from the narrowest, then from the widest (the cache grows over a call); width 2 joins once
+    # widths 0 and 1 were timed
+    assert order == [0, 1, 1, 0, 2, 2, 0, 1, 2]
     assert calibration.least == [1.0, 2.0, 3.0]  # each width's first forward untimed, its least kept
     partial = ForwardCalibration.for_widths(3)
     assert [partial.next_width(1) for _ in range(1)] == [0]  # never above the largest width asked for
     partial.record(0, 1.0), partial.record(1, 1.0)
     assert partial.next_width(1) == 1  # the next round, from the widest of those asked for
+
+
+def _calibrate_by_readings(
+    widths: int, readings: dict, plain_seconds: float, tokens_bound: float
+) -> tuple[ForwardCalibration, list[int]]:
+    """Run a calibration to its end on `readings[width][i]`, the width's i-th forward; returns it and the widths
+    run, in order."""
+    calibration = ForwardCalibration.for_widths(widths)
+    order = []
+    while calibration.complete_widths() < calibration.widths_to_time():
+        width = calibration.next_width(widths - 1)
+        order.append(width)
+        calibration.record(width, readings[width][calibration.seen[width]], plain_seconds, tokens_bound)
+    return calibration, order
+
+
+def test_a_calibration_stops_at_the_first_width_no_k_can_pay_at():
+    """A plain iteration costs 1.0 and any k is expected to bring at most 2 tokens: a k ≥ w pays only where w's
+    forward costs less than 1 + (2 - 1) * 1.0 = 2.0. Width 1 (1.5) leaves a chance; width 2 (3.0) none, for any k
+    above it either: the calibration ends there, the wider forwards never run."""
+    readings = {width: [cost] * 3 for width, cost in enumerate([1.0, 1.5, 3.0, 4.0, 5.0])}
+    calibration, order = _calibrate_by_readings(5, readings, plain_seconds=1.0, tokens_bound=2.0)
+    assert calibration.cap == 2 and calibration.widths_to_time() == 3
+    assert set(order) == {0, 1, 2} and calibration.seen[3:] == [0, 0]
+    # the loop's own work (a plain iteration beyond its forward) is paid once per iteration: with it, wider pays
+    calibration, order = _calibrate_by_readings(5, readings, plain_seconds=4.0, tokens_bound=2.0)
+    assert calibration.cap is None and set(order) == {0, 1, 2, 3, 4}
+
+
+def test_one_slow_forward_at_the_frontier_does_not_end_the_calibration():
+    """Width 2's first timed forward is slow (9.0), its second fast (1.2): the calibration waits for all of a
+    width's forwards before it stops there, and goes on to width 3."""
+    readings = {0: [1.0] * 3, 1: [1.0] * 3, 2: [9.0, 9.0, 1.2], 3: [1.3] * 3}
+    calibration, order = _calibrate_by_readings(4, readings, plain_seconds=1.0, tokens_bound=2.0)
+    assert calibration.cap is None and calibration.least == [1.0, 1.0, 1.2, 1.3]
+    assert order.index(3) > order.index(2) + 2  # width 3 only after width 2's last forward
+
+
+def test_a_table_whose_calibration_stops_is_for_the_widths_it_timed():
+    table = IterationCostTable.uncalibrated(4)
+    table.plain_recent.append(1.0)  # a plain iteration: its forward and nothing around it
+    while table.calibration is not None:
+        width = table.calibration.next_width(4)
+        table.observe_forward(width, [1.0, 1.5, 3.0, 4.0, 5.0][width], tokens_bound=2.0)
+    assert table.largest_k == 2 and table.covers(2) and table.verify_seconds == [1.0, 1.5, 3.0]
+    assert len(table.iteration_seconds()) == 3
 
 
 def test_a_table_grows_its_forwards_from_width_zero_up_as_they_complete():
@@ -321,8 +368,8 @@ def test_a_table_is_calibrated_in_the_loops_own_iterations(clock):
     schedule.start_drafting_call()
     ks = [iteration(4) for _ in range(10)]
     table = schedule._tables[(4, "cpu", 2)]
-    # the first iteration is not timed: width 0 again, then round by round
-    assert ks == [0, 0, 1, 2, 2, 1, 0, 0, 1, 2] and table.calibration is None
+    # the first iteration is not timed: width 0 again, then round by round, width 2 once 0 and 1 were timed
+    assert ks == [0, 0, 1, 1, 0, 2, 2, 0, 1, 2] and table.calibration is None
     assert table.verify_seconds == [1.0, 1.0, 1.0]  # the step clock: one unit a forward
     assert schedule.next_k(4, 2) == 2  # chosen from the table now: sure drafts
     schedule.observe([2] * 4)
@@ -584,6 +631,27 @@ def test_above_one_row_a_new_rule_judges_drafting_by_plain_calls_of_any_rule(clo
         output = _generate_auto(model, inputs, drafter, max_new_tokens=20, **sampled)
         assert torch.equal(output.sequences, reference)
         assert output.speculative_stats.drafter_calls > 0, call
+
+
+def test_a_wide_batch_never_runs_the_forwards_no_k_can_pay_at(clock):
+    """A forward that costs by the tokens it is fed, as a wide batch's does on a CPU: the calibration of batch 4's
+    table stops at the first width that cannot pay, no iteration drafts more than the table's largest k, and every
+    output is greedy's."""
+    model = build_verifier("bart")
+    model.get_decoder().register_forward_pre_hook(
+        lambda module, args, kwargs: clock.spend(float(kwargs["input_ids"].numel())), with_kwargs=True
+    )
+    inputs = make_source_batch(4, seed=3, pad_token_id=model.config.pad_token_id)
+    reference = model.generate(**inputs, **GREEDY, max_new_tokens=30)
+    drafter = OracleDrafter(reference, VOCAB_SIZE, 6, "half")
+    asked = []
+    propose = drafter.propose
+    drafter.propose = lambda state, ids, lengths, k, *args: asked.append(k) or propose(state, ids, lengths, k, *args)
+    for _ in range(4):
+        assert torch.equal(_generate_auto(model, inputs, drafter, max_new_tokens=30).sequences, reference)
+    table = draft_length._COST_TABLES[drafter][model][(4, "cpu", 6)]
+    assert table.calibration is None and 1 <= table.largest_k < 6
+    assert asked and max(asked) <= table.largest_k
 
 
 def test_k_zero_iterations_are_greedy_steps(family, clock):
