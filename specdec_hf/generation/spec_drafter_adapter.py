@@ -254,17 +254,20 @@ class SpecDrafterAdapter(Drafter):
         # prefixes only grow; if a caller breaks that, recompute from scratch rather than read a stale cache
         cache_length = state.cache_length if causal and min_length >= state.cache_length else 0
         num_new = max_length - cache_length
-        offsets = torch.arange(num_new, device=device)
         cache = self._reserve_prefix_cache(state, cache_length + num_new + num_draft_tokens) if causal else None
         previous_states = None
         if model.feature_proj is not None:
             previous_states = self._previous_states(verifier_states, prefix_ids.shape[0], cache_length, max_length)
+        if min_length == max_length:  # always at batch size 1: no padding, no key mask, the same slot positions
+            prefix_mask, mask_positions = None, range(max_length, max_length + num_draft_tokens)
+        else:
+            prefix_mask = torch.arange(num_new, device=device) < (prefix_lengths - cache_length)[:, None]
+            mask_positions = prefix_lengths[:, None] + torch.arange(num_draft_tokens, device=device)
         hidden_states = model.decoder(
             inputs_embeds=model.embed_prefix(prefix_ids[:, cache_length:max_length].to(device), previous_states),
-            prefix_positions=cache_length + offsets,
-            # equal lengths (always at batch size 1): no padding, no key mask to build
-            prefix_mask=None if min_length == max_length else offsets < (prefix_lengths - cache_length)[:, None],
-            mask_positions=prefix_lengths[:, None] + torch.arange(num_draft_tokens, device=device),
+            prefix_positions=range(cache_length, max_length),
+            prefix_mask=prefix_mask,
+            mask_positions=mask_positions,
             cross_key_values=state.cross_key_values,
             encoder_attention_mask=state.encoder_attention_mask,
             cache=cache,

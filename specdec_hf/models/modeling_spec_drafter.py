@@ -37,6 +37,7 @@ from .layers_spec_drafter import (
     SpecDrafterDecoderLayer,
     SpecDrafterEncoder,
     SpecDrafterSinusoidalPositionalEmbedding,
+    dropout,
 )
 from .split_attention import every_split_attention_mask
 from .verifier_conversion import build_transformers_encoder, copy_verifier_weights, drafter_config_from_verifier
@@ -108,9 +109,9 @@ class SpecDrafterDecoder(nn.Module):
     def forward(
         self,
         inputs_embeds: torch.Tensor,
-        prefix_positions: torch.LongTensor,
+        prefix_positions: torch.LongTensor | range,
         prefix_mask: torch.BoolTensor,
-        mask_positions: torch.LongTensor,
+        mask_positions: torch.LongTensor | range,
         cross_key_values: tuple[tuple[torch.Tensor, torch.Tensor], ...],
         encoder_attention_mask: torch.BoolTensor | None = None,
         cache: tuple[tuple[torch.Tensor, torch.Tensor], ...] | None = None,
@@ -122,12 +123,13 @@ class SpecDrafterDecoder(nn.Module):
         Args:
             inputs_embeds (`torch.FloatTensor` of shape `(batch_size, num_new, d_model)`):
                 Embedded prefix tokens not in the cache (the whole prefix without a cache), right-padded.
-            prefix_positions (`torch.LongTensor` of shape `(num_new,)` or `(batch_size, num_new)`):
-                Their positions.
+            prefix_positions (`torch.LongTensor` of shape `(num_new,)` or `(batch_size, num_new)`, or `range`):
+                Their positions; a `range` of `num_new` positions is shared by every row.
             prefix_mask (`torch.BoolTensor` of shape `(batch_size, num_new)`, *optional*): `True` for real tokens;
                 `None` when no row has padding (the attention then needs no key mask).
-            mask_positions (`torch.LongTensor` of shape `(batch_size, num_draft_tokens)`):
-                Positions of the mask slots (`prefix_length + j`).
+            mask_positions (`torch.LongTensor` of shape `(batch_size, num_draft_tokens)`, or `range`):
+                Positions of the mask slots (`prefix_length + j`); a `range` of `num_draft_tokens` positions is shared
+                by every row (their prefixes are of one length).
             cross_key_values (`tuple`): From [`~SpecDrafterDecoder.project_encoder_states`].
             encoder_attention_mask (`torch.BoolTensor` of shape `(batch_size, 1, 1, source_length)`, *optional*):
                 `True` for source tokens.
@@ -144,18 +146,18 @@ class SpecDrafterDecoder(nn.Module):
             `torch.FloatTensor` of shape `(batch_size, num_draft_tokens, d_model)`: final hidden states of the mask slots.
         """
         batch_size, num_new, _ = inputs_embeds.shape
-        num_draft_tokens = mask_positions.shape[1]
+        num_draft_tokens = len(mask_positions) if isinstance(mask_positions, range) else mask_positions.shape[1]
         device = inputs_embeds.device
 
-        prefix_inputs = inputs_embeds + self.embed_positions(prefix_positions)
+        prefix_inputs = inputs_embeds + self._position_embeddings(prefix_positions)
         slot_inputs = self.mask_embedding.expand(batch_size, num_draft_tokens, -1)
         if glance_mask is not None:
             slot_inputs = torch.where(glance_mask.unsqueeze(-1), glance_embeds, slot_inputs)
-        mask_states = (slot_inputs + self.block_query_embeddings.weight[:num_draft_tokens]) + self.embed_positions(
-            mask_positions
-        )
+        mask_states = (
+            slot_inputs + self.block_query_embeddings.weight[:num_draft_tokens]
+        ) + self._position_embeddings(mask_positions)
         hidden_states = torch.cat([prefix_inputs, mask_states], dim=1)
-        hidden_states = F.dropout(hidden_states, p=self.dropout, training=self.training)
+        hidden_states = dropout(hidden_states, self.dropout, self.training)
 
         # Self-attention mask, True = may attend: keys are [cache | new prefix tokens | masks].
         key_mask = None
@@ -184,6 +186,13 @@ class SpecDrafterDecoder(nn.Module):
             cache,
             cache_length,
         )
+
+    def _position_embeddings(self, positions: torch.LongTensor | range) -> torch.Tensor:
+        """The learned embeddings of `positions`; of a `range`, a slice of the table (a drafting call's positions
+        follow each other: no lookup to run, which costs about what a small layer's call does)."""
+        if isinstance(positions, range):
+            return self.embed_positions.weight[positions.start : positions.stop : positions.step]
+        return self.embed_positions(positions)
 
     def forward_every_split(
         self,
@@ -231,7 +240,7 @@ class SpecDrafterDecoder(nn.Module):
         slot_positions = split_lengths.repeat_interleave(num_draft_tokens) + slot_index
         slot_states = slot_inputs + self.block_query_embeddings(slot_index) + self.embed_positions(slot_positions)
         hidden_states = torch.cat([prefix_inputs, slot_states], dim=1)
-        hidden_states = F.dropout(hidden_states, p=self.dropout, training=self.training)
+        hidden_states = dropout(hidden_states, self.dropout, self.training)
         attention_mask = every_split_attention_mask(prefix_mask, split_lengths, num_draft_tokens)
         return self._run_layers(
             hidden_states,

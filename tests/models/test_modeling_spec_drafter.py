@@ -110,6 +110,45 @@ def test_forward_trains():
     assert drafter.shared.weight.grad is not None
 
 
+def test_dropout_runs_in_training_only():
+    """The drafter's dropout changes its outputs in training and is not applied in eval mode (where it is skipped:
+    the outputs equal those of the same weights with dropout set to 0)."""
+    drafter = tiny_drafter(dropout=0.5)
+    source = make_source_batch(2)
+    inputs = dict(**source, decoder_input_ids=random_prefixes([3, 3]))
+    without = tiny_drafter(dropout=0.0)
+    without.load_state_dict(drafter.state_dict())
+    torch.testing.assert_close(drafter(**inputs).logits, without(**inputs).logits, atol=0, rtol=0)
+    drafter.train()
+    torch.manual_seed(0)
+    first = drafter(**inputs).logits
+    assert not torch.allclose(first, drafter(**inputs).logits)
+
+
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_positions_given_as_a_range_are_those_of_the_tensor(batch_size):
+    """The decoder reads a `range` of positions (a drafting call's, shared by every row) as the tensor of them."""
+    drafter = tiny_drafter(prefix_attention="causal")
+    decoder = drafter.decoder
+    source = make_source_batch(batch_size)
+    memory = drafter.encoder_memory(drafter.encode(source["input_ids"], source["attention_mask"]))
+    common = dict(
+        inputs_embeds=drafter.embed_prefix(random_prefixes([5] * batch_size), None),
+        prefix_mask=None,
+        cross_key_values=decoder.project_encoder_states(memory),
+        encoder_attention_mask=source["attention_mask"].bool()[:, None, None, :],
+    )
+    with torch.no_grad():
+        by_tensors = decoder(
+            **common,
+            prefix_positions=torch.arange(5),
+            mask_positions=torch.arange(5, 5 + NUM_DRAFT_TOKENS).expand(batch_size, -1),
+        )
+        by_ranges = decoder(**common, prefix_positions=range(5), mask_positions=range(5, 5 + NUM_DRAFT_TOKENS))
+    assert by_ranges.shape == (batch_size, NUM_DRAFT_TOKENS, 32)
+    torch.testing.assert_close(by_ranges, by_tensors, atol=0, rtol=0)
+
+
 # ------------------------------------------------------------------------------------------------------------------
 # Saving and loading
 # ------------------------------------------------------------------------------------------------------------------
