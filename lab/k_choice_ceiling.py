@@ -248,8 +248,10 @@ def main(argv: list[str] | None = None) -> None:
         for inputs in sources[: args.cost_rows]:
             verifier.generate(**inputs, **GREEDY_KWARGS, **auto)
     table = draft_length._COST_TABLES[drafter][verifier][(1, "cpu", slots)]
-    if not table.covers(slots):  # calibrated in the loop's own iterations: 3 per k
+    if table.calibration is not None:  # calibrated in the loop's own iterations: 3 per k, up to its cap if one
         raise SystemExit(f"--cost_rows {args.cost_rows}: too few rows to time every k up to {slots}; pass more")
+    if table.largest_k < slots:
+        raise SystemExit(f"the cost table stopped at k = {table.largest_k} (no k above it expected to pay)")
     costs = table.iteration_seconds(slots)
     print(f"verifier forward by drafts (ms): {' '.join(f'{s * 1e3:.2f}' for s in table.verify_seconds)}")
     print(f"iteration by k (ms): {' '.join(f'{s * 1e3:.2f}' for s in costs)}")

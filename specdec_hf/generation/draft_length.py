@@ -156,6 +156,15 @@ class AcceptanceEstimate:
             for position in range(row_accepted):
                 self.accepted[position] += 1
 
+    def tokens_upper_bound(self, length: int) -> float:
+        """The most tokens an iteration of any k up to `length` is expected to bring: `1 + Σ P(first i + 1 accepted)`
+        over `length` drafts, each position not verified yet taken at the estimate of the last one that was (no
+        later draft is accepted more often than an earlier one), every draft at 1 before any was verified."""
+        probabilities = self.probabilities(length)
+        measured = sum(1 for position in range(min(length, len(self.verified))) if self.verified[position])
+        last = probabilities[measured - 1] if measured else 1.0
+        return 1.0 + sum(probabilities[:measured]) + (length - measured) * last
+
     def probabilities(self, length: int) -> list[float]:
         """P(first i + 1 drafts all accepted) for i < `length`: the counts smoothed towards a geometric prior, made
         non-increasing in i (accepting i + 2 drafts needs the first i + 1)."""
@@ -177,10 +186,12 @@ class ForwardCalibration:
     made: each w runs `1 + _CALIBRATION_ROUNDS` times, the first untimed (a shape's first forward pays one-off kernel
     set-up), and the least of the timed ones stands for w (a timing is only ever slowed by what else runs).
 
-    The widths are taken from 0 up: w + 1 joins once every w up to the frontier was timed and w's forward leaves some
-    k ≥ w + 1 a chance to pay (`record`); a w whose forward alone costs more than any k could bring ends the
-    calibration there (`cap`; `record`), so that wide batches, where each draft widens a forward of many rows, do not
-    time wider forwards that can only lose.
+    The widths are taken from 0 up (`record`): w + 1 joins once every w up to the frontier was timed and w's forward
+    leaves the k from w up a chance to pay; the first w whose forward leaves them none ends the calibration there
+    (`cap`), so that wide batches, where each draft widens a forward of many rows, do not time wider forwards that
+    can only lose. Whether they can pay is judged by the most tokens an iteration is expected to bring, which rests on
+    the acceptance counts of the rule that timed the table: a rule expecting more later opens the calibration again
+    (`reopen`).
 
     Args:
         seen (`list[int]`): Per w (0..max k), the iterations that chose it whose forward was counted, the untimed
@@ -190,8 +201,8 @@ class ForwardCalibration:
             which no forward more was counted than after the one before (`DraftLengthSchedule.drafts_this_call`).
         seen_after_last_call (`int`): The forwards counted, all w together, after the last such call.
         frontier (`int`): The widest w run so far or next; the wider ones wait.
-        cap (`int`, *optional*): The widest w worth timing, once a w was found that no k ≥ w can pay at; `None`
-            while every w may still be.
+        cap (`int`, *optional*): The first w whose forward left no k from it up a chance to pay (timed, and the
+            widest w the calibration times); `None` while every w may still be.
     """
 
     seen: list[int]
@@ -225,30 +236,48 @@ class ForwardCalibration:
         """How many w, from 0 up, the calibration times: up to the `cap` once one is set, else every w."""
         return len(self.seen) if self.cap is None else self.cap + 1
 
-    def _advance(self, plain_seconds: float, tokens_bound: float) -> None:
-        """Let the next w join, or set the `cap`, by what the widths up to the frontier cost.
+    def may_pay(self, width: int, plain_seconds: float, tokens_bound: float) -> bool:
+        """Whether some k ≥ `width` may beat a plain step by `width`'s least forward.
 
-        A k ≥ w can pay only where its iteration, at least w's forward plus the loop's own work of a plain iteration
-        (`plain_seconds` less the plain forward), costs less than `tokens_bound` plain iterations (the most tokens
-        any k is expected to bring, acceptance counts so far): its forward below `(tokens_bound - 1) * plain_seconds`
-        plus the plain forward. The frontier's w joins once each w up to it was timed and its least forward is
-        below that; a frontier whose w cannot pay becomes the `cap` only after all its forwards (one slow reading must not
-        end the calibration)."""
+        An iteration of such a k costs at least that forward plus the loop's own work of a plain iteration
+        (`plain_seconds` less the plain forward), and brings at most `tokens_bound` tokens (the most an iteration is
+        expected to bring, [`AcceptanceEstimate.tokens_upper_bound`]): it can beat `tokens_bound` plain iterations
+        only where the forward is below `(tokens_bound - 1) * plain_seconds` plus the plain forward."""
+        if tokens_bound == math.inf:  # no bound: every width may
+            return True
+        return self.least[width] < (tokens_bound - 1.0) * plain_seconds + self.least[0]
+
+    def _advance(self, plain_seconds: float, tokens_bound: float) -> None:
+        """Let the next w join while the frontier's may pay (`may_pay`), once each w up to it was timed; set the
+        frontier as the `cap` where it may not, but only after all its forwards (one slow reading must not end the
+        calibration)."""
         while self.cap is None and self.frontier < len(self.seen) - 1:
             frontier = self.frontier
             if any(seen < 2 for seen in self.seen[: frontier + 1]):  # each w up to it timed once
                 return
-            if self.least[frontier] < (tokens_bound - 1.0) * plain_seconds + self.least[0]:
+            if self.may_pay(frontier, plain_seconds, tokens_bound):
                 self.frontier += 1
             elif self.seen[frontier] > _CALIBRATION_ROUNDS:
                 self.cap = frontier
             else:
                 return
 
+    def reopen(self, plain_seconds: float | None, tokens_bound: float) -> bool:
+        """Drop the `cap` where its width may pay by `tokens_bound` after all (a rule whose drafts are accepted further
+        than those of the rule that timed it), and let the next w join; returns whether it did. `plain_seconds` as
+        for `record`."""
+        plain_seconds = self.least[0] if plain_seconds is None else plain_seconds
+        if self.cap is None or not self.may_pay(self.cap, plain_seconds, tokens_bound):
+            return False
+        self.cap = None
+        self._advance(plain_seconds, tokens_bound)
+        return True
+
     def next_width(self, largest: int) -> int:
         """The w the next iteration runs at, among 0..`largest` up to the frontier and not complete: round by round
-        (the fewest forwards first), alternately from the narrowest and from the widest, so that the cache's growth
-        during a call does not make the wider forwards look dearer than they are."""
+        (the fewest forwards first), alternately from the narrowest and from the widest. (A w that joins later runs
+        its forwards at longer caches than the narrower ones ran theirs; the least of each is kept, and at these short
+        caches a forward's cost is its layers', which the cache barely changes.)"""
         top = min(largest, self.frontier)
         candidates = [width for width in range(top + 1) if self.seen[width] <= _CALIBRATION_ROUNDS]
         fewest = min(self.seen[width] for width in candidates)
@@ -272,11 +301,13 @@ class IterationCostTable:
     """What one iteration costs for one batch width, in seconds.
 
     Args:
-        verify_seconds (`list[float]`): The verifier forward's time when w drafts are chosen, w = 0..max k (a
-            drafter may propose fewer: what choosing w costs); while the table is calibrated, for the w from 0 up
-            whose forwards were all timed (`observe_forward`).
+        verify_seconds (`list[float]`): The verifier forward's time when w drafts are chosen, w = 0..max k or up
+            to the calibration's cap (a drafter may propose fewer: what choosing w costs); while the table is
+            calibrated, for the w from 0 up whose forwards were all timed (`observe_forward`).
         calibration ([`ForwardCalibration`], *optional*): The forwards timed so far while the table is calibrated;
-            `None` once every w was (or where `verify_seconds` was given whole).
+            `None` once every w up to its cap was (or where `verify_seconds` was given whole).
+        stopped_calibration ([`ForwardCalibration`], *optional*): The calibration that ended at its cap, kept for
+            `reopen_calibration`.
         plain_recent (`deque[float]`): The latest plain iterations' (k = 0) times.
         drafting_recent (`deque[tuple[int, float]]`): The latest drafting iterations' k (the k chosen: a drafter's
             `num_drafts` or the confidence threshold may verify fewer) and time (the drafter's call included).
@@ -290,6 +321,7 @@ class IterationCostTable:
 
     verify_seconds: list[float]
     calibration: ForwardCalibration | None = None
+    stopped_calibration: ForwardCalibration | None = None
     plain_recent: deque = field(default_factory=lambda: deque(maxlen=_RECENT_ITERATIONS))
     drafting_recent: deque = field(default_factory=lambda: deque(maxlen=_RECENT_ITERATIONS))
     per_draft_recent: deque = field(default_factory=lambda: deque(maxlen=_RECENT_PER_DRAFT))
@@ -305,8 +337,23 @@ class IterationCostTable:
 
     @property
     def largest_k(self) -> int:
-        """The largest k the table is for."""
-        return len(self.calibration.seen if self.calibration is not None else self.verify_seconds) - 1
+        """The largest k the table is for: its calibration's widest (the cap once it is set)."""
+        if self.calibration is not None:
+            return self.calibration.widths_to_time() - 1
+        return len(self.verify_seconds) - 1
+
+    def plain_seconds(self) -> float | None:
+        """What a plain iteration costs by the recent ones (their lower quartile); `None` before any."""
+        return _lower_quartile(self.plain_recent)
+
+    def reopen_calibration(self, tokens_bound: float) -> bool:
+        """Time the widths above the cap after all where the cap's forward may pay by `tokens_bound` (the most tokens
+        an iteration of the asking rule is expected to bring); returns whether the table is calibrated again."""
+        stopped = self.stopped_calibration
+        if stopped is None or not stopped.reopen(self.plain_seconds(), tokens_bound):
+            return False
+        self.calibration, self.stopped_calibration = stopped, None
+        return True
 
     def covers(self, width: int) -> bool:
         """Whether the forwards of every k up to `width` were timed."""
@@ -316,12 +363,12 @@ class IterationCostTable:
         """Count a forward of an iteration that chose `k` drafts while the table is calibrated (the drafter may have
         proposed fewer: what choosing k costs is what is timed); `verify_seconds` grows as the widths from 0 up
         complete, made non-decreasing in the width (feeding more tokens never costs less; pool-adjacent-violators).
-        `tokens_bound`, the most tokens an iteration of any k is expected to bring, lets the calibration stop below
-        the widths that cannot pay ([`ForwardCalibration.record`]); the table's largest k is then the `cap`, also for
-        the rules timed with it later (the tables are per width, not per rule: a rule whose drafts are accepted further
-        chooses among the k up to it)."""
+        `tokens_bound`, the most tokens an iteration of any k is expected to bring, lets the calibration stop at the
+        first width that cannot pay ([`ForwardCalibration.record`]); the table's largest k is then the `cap`, for
+        every rule (the tables are per width, not per rule) until one expecting more tokens reopens it
+        (`reopen_calibration`)."""
         calibration = self.calibration
-        calibration.record(k, seconds, _lower_quartile(self.plain_recent), tokens_bound)
+        calibration.record(k, seconds, self.plain_seconds(), tokens_bound)
         complete = min(calibration.complete_widths(), calibration.widths_to_time())
         if complete > len(self.verify_seconds):
             self.verify_seconds = non_decreasing(calibration.least[:complete])
@@ -329,6 +376,8 @@ class IterationCostTable:
             self._step_costs_memo = None
         if complete == calibration.widths_to_time():
             self.calibration = None
+            if calibration.cap is not None:
+                self.stopped_calibration = calibration
 
     @property
     def per_draft(self) -> float:
@@ -529,7 +578,9 @@ class DraftLengthSchedule:
         under other rules, else plain: [`_table_expects_drafting`]). A call too short to time any k ≥ 1 whose table has
         none decodes plainly, unrecorded: drafting could time no k ≥ 1. After `_MAX_IDLE_CALLS` calls in a row that
         timed none of the table's forwards (rows that finish at their first iteration go on in a narrower width), the
-        calls of this width are chosen by their own timings alone.
+        calls of this width are chosen by their own timings alone. A table whose calibration stopped at its cap (no k
+        above it expected to pay) is calibrated again first where this rule expects more tokens of an iteration
+        ([`IterationCostTable.reopen_calibration`]).
 
         Args:
             rows (`int`): The call's rows.
@@ -539,6 +590,8 @@ class DraftLengthSchedule:
         """
         key = self._table_key(rows)
         table = self._tables.get(key)
+        if table is not None and table.stopped_calibration is not None:  # a rule that may pay where it stopped
+            table.reopen_calibration(self.acceptance.tokens_upper_bound(self.max_draft_tokens))
         largest = self.max_draft_tokens if largest_k is None else min(largest_k, self.max_draft_tokens)
         self._timed_width = max(largest, 1)
         if largest < 1 and (table is None or not table.covers(1)):
@@ -694,8 +747,7 @@ class DraftLengthSchedule:
         result = forward()
         synchronize(self.device)
         seconds = _clock() - started
-        tokens_bound = 1.0 + sum(self.acceptance.probabilities(self.max_draft_tokens))
-        self._table.observe_forward(self._k, seconds, tokens_bound)
+        self._table.observe_forward(self._k, seconds, self.acceptance.tokens_upper_bound(self.max_draft_tokens))
         return result
 
     def observe(self, accepted: Sequence[int]) -> None:

@@ -23,11 +23,10 @@ __all__ = [
     "SpecDrafterEncoderLayer",
     "SpecDrafterFeedForward",
     "SpecDrafterSinusoidalPositionalEmbedding",
-    "dropout",
 ]
 
 
-def dropout(states: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+def dropout_in_training(states: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     """`F.dropout`, not called outside training: there it returns its input, at a cost a drafting call pays at every
     layer."""
     return F.dropout(states, p=p, training=True) if training else states
@@ -146,10 +145,10 @@ class SpecDrafterEncoderLayer(nn.Module):
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.BoolTensor | None) -> torch.Tensor:
         residual = hidden_states
         hidden_states = self.self_attn(self.self_attn_layer_norm(hidden_states), attention_mask=attention_mask)
-        hidden_states = residual + dropout(hidden_states, self.dropout, self.training)
+        hidden_states = residual + dropout_in_training(hidden_states, self.dropout, self.training)
         residual = hidden_states
         hidden_states = self.mlp(self.final_layer_norm(hidden_states))
-        return residual + dropout(hidden_states, self.dropout, self.training)
+        return residual + dropout_in_training(hidden_states, self.dropout, self.training)
 
 
 class SpecDrafterDecoderLayer(nn.Module):
@@ -186,17 +185,17 @@ class SpecDrafterDecoderLayer(nn.Module):
             cache_length=cache_length,
             num_queries=num_queries,
         )
-        hidden_states = residual + dropout(hidden_states, self.dropout, self.training)
+        hidden_states = residual + dropout_in_training(hidden_states, self.dropout, self.training)
         residual = hidden_states
         hidden_states = self.encoder_attn(
             self.encoder_attn_layer_norm(hidden_states),
             attention_mask=encoder_attention_mask,
             key_value=cross_key_value,
         )
-        hidden_states = residual + dropout(hidden_states, self.dropout, self.training)
+        hidden_states = residual + dropout_in_training(hidden_states, self.dropout, self.training)
         residual = hidden_states
         hidden_states = self.mlp(self.final_layer_norm(hidden_states))
-        return residual + dropout(hidden_states, self.dropout, self.training)
+        return residual + dropout_in_training(hidden_states, self.dropout, self.training)
 
 
 class SpecDrafterEncoder(nn.Module):
@@ -231,7 +230,7 @@ class SpecDrafterEncoder(nn.Module):
         """
         positions = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device)
         hidden_states = inputs_embeds + self.embed_positions(positions)
-        hidden_states = dropout(hidden_states, self.dropout, self.training)
+        hidden_states = dropout_in_training(hidden_states, self.dropout, self.training)
         mask = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
         for layer in self.layers:
             hidden_states = layer(hidden_states, mask)

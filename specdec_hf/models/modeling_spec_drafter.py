@@ -37,7 +37,7 @@ from .layers_spec_drafter import (
     SpecDrafterDecoderLayer,
     SpecDrafterEncoder,
     SpecDrafterSinusoidalPositionalEmbedding,
-    dropout,
+    dropout_in_training,
 )
 from .split_attention import every_split_attention_mask
 from .verifier_conversion import build_transformers_encoder, copy_verifier_weights, drafter_config_from_verifier
@@ -157,7 +157,7 @@ class SpecDrafterDecoder(nn.Module):
             slot_inputs + self.block_query_embeddings.weight[:num_draft_tokens]
         ) + self._position_embeddings(mask_positions)
         hidden_states = torch.cat([prefix_inputs, mask_states], dim=1)
-        hidden_states = dropout(hidden_states, self.dropout, self.training)
+        hidden_states = dropout_in_training(hidden_states, self.dropout, self.training)
 
         # Self-attention mask, True = may attend: keys are [cache | new prefix tokens | masks].
         key_mask = None
@@ -188,10 +188,21 @@ class SpecDrafterDecoder(nn.Module):
         )
 
     def _position_embeddings(self, positions: torch.LongTensor | range) -> torch.Tensor:
-        """The learned embeddings of `positions`; of a `range`, a slice of the table (a drafting call's positions
-        follow each other: no lookup to run, which costs about what a small layer's call does)."""
+        """The learned embeddings of `positions`; of a `range` of following positions within the table, a slice of
+        it (a drafting call's: no index tensor to build and look up, which costs about what a small layer's call
+        does), unless the embedding is not a plain `nn.Embedding` run as it is (a subclass or wrapper, hooks,
+        `max_norm`): then, as of a tensor, through the module."""
         if isinstance(positions, range):
-            return self.embed_positions.weight[positions.start : positions.stop : positions.step]
+            table = self.embed_positions
+            if (
+                type(table) is nn.Embedding
+                and positions.step == 1
+                and 0 <= positions.start <= positions.stop <= table.num_embeddings
+                and table.max_norm is None
+                and not (table._forward_hooks or table._forward_pre_hooks or "forward" in table.__dict__)
+            ):
+                return table.weight[positions.start : positions.stop]
+            positions = torch.arange(positions.start, positions.stop, positions.step, device=table.weight.device)
         return self.embed_positions(positions)
 
     def forward_every_split(
@@ -240,7 +251,7 @@ class SpecDrafterDecoder(nn.Module):
         slot_positions = split_lengths.repeat_interleave(num_draft_tokens) + slot_index
         slot_states = slot_inputs + self.block_query_embeddings(slot_index) + self.embed_positions(slot_positions)
         hidden_states = torch.cat([prefix_inputs, slot_states], dim=1)
-        hidden_states = dropout(hidden_states, self.dropout, self.training)
+        hidden_states = dropout_in_training(hidden_states, self.dropout, self.training)
         attention_mask = every_split_attention_mask(prefix_mask, split_lengths, num_draft_tokens)
         return self._run_layers(
             hidden_states,

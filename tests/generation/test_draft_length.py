@@ -3,6 +3,7 @@ verifier step, and the choice a deterministic function of the cost table and the
 
 from __future__ import annotations
 
+import math
 import weakref
 
 import pytest
@@ -324,14 +325,62 @@ def test_one_slow_forward_at_the_frontier_does_not_end_the_calibration():
     assert order.index(3) > order.index(2) + 2  # width 3 only after width 2's last forward
 
 
-def test_a_table_whose_calibration_stops_is_for_the_widths_it_timed():
+def test_without_a_bound_every_width_is_timed_even_at_zero_cost():
+    readings = {width: [0.0] * 3 for width in range(4)}  # a clock that never moves
+    calibration, order = _calibrate_by_readings(4, readings, plain_seconds=0.0, tokens_bound=math.inf)
+    assert calibration.cap is None and set(order) == {0, 1, 2, 3}
+
+
+def test_a_table_whose_calibration_stops_is_for_the_widths_it_timed_until_a_rule_expects_more():
+    """The table stops at width 2 for a rule expecting at most 2 tokens an iteration: its largest k is 2. A rule
+    expecting 3.5 reopens it (width 2's forward, 3.0, is below 1 + (3.5 - 1) * 1.0) and its calibration goes on above
+    the cap, keeping what it timed; one expecting no more than the first does not."""
     table = IterationCostTable.uncalibrated(4)
     table.plain_recent.append(1.0)  # a plain iteration: its forward and nothing around it
+    costs = [1.0, 1.5, 3.0, 3.2, 3.4]
     while table.calibration is not None:
         width = table.calibration.next_width(4)
-        table.observe_forward(width, [1.0, 1.5, 3.0, 4.0, 5.0][width], tokens_bound=2.0)
+        table.observe_forward(width, costs[width], tokens_bound=2.0)
     assert table.largest_k == 2 and table.covers(2) and table.verify_seconds == [1.0, 1.5, 3.0]
-    assert len(table.iteration_seconds()) == 3
+    assert len(table.iteration_seconds()) == 3 and table.stopped_calibration.cap == 2
+    assert not table.reopen_calibration(2.0) and table.calibration is None
+    assert table.reopen_calibration(3.5)
+    assert table.calibration is not None and table.calibration.frontier == 3 and table.largest_k == 4
+    assert table.covers(2) and not table.covers(3)  # the timed widths kept, the wider ones to time
+    while table.calibration is not None:
+        width = table.calibration.next_width(4)
+        assert width >= 3  # the widths up to the old cap are complete
+        table.observe_forward(width, costs[width], tokens_bound=3.5)
+    assert table.largest_k == 4 and table.verify_seconds == costs
+
+
+def test_a_rule_expecting_more_tokens_calibrates_a_stopped_table_again(clock):
+    """A table stopped at k = 1 under a rule whose drafts are seldom accepted is shared by every rule of the pair: a
+    call of that rule chooses from it; a call of a rule whose drafts are mostly accepted calibrates it again."""
+    verifier, drafter = WeakKey(), WeakKey()
+    seldom = DraftLengthSchedule(verifier, drafter, 4, ("greedy", 1, 0.0), torch.device("cpu"))
+    seldom.acceptance.update(2, [0] * 200)
+    table = seldom._tables[(1, "cpu", 4)] = IterationCostTable.uncalibrated(4)
+    table.plain_recent.append(1.0)
+    while table.calibration is not None:
+        width = table.calibration.next_width(4)
+        table.observe_forward(width, [1.0, 1.5, 3.0, 3.2, 3.4][width], seldom.acceptance.tokens_upper_bound(4))
+    assert table.largest_k == 1
+    seldom.drafts_this_call(1)
+    assert table.calibration is None and seldom._call_choices_now is not None  # chosen from the stopped table
+    often = DraftLengthSchedule(verifier, drafter, 4, ("greedy", 3, 1.0), torch.device("cpu"))
+    often.acceptance.update(2, [2] * 200)
+    assert often.drafts_this_call(1) and often._call_choices_now is None  # calibrating again
+    assert table.calibration is not None and table.largest_k == 4
+
+
+def test_the_tokens_bound_takes_unverified_drafts_at_the_last_verified_ones_estimate():
+    estimate = AcceptanceEstimate()
+    assert estimate.tokens_upper_bound(8) == 9.0  # nothing verified: every draft may be accepted
+    estimate.update(2, [2] * 98 + [0] * 2)  # the first two drafts of 100 rows: 98 accepted both
+    first, second = estimate.probabilities(2)
+    assert estimate.tokens_upper_bound(8) == pytest.approx(1.0 + first + second + 6 * second)
+    assert estimate.tokens_upper_bound(8) > 1.0 + sum(estimate.probabilities(8))  # the prior's 0.6^i is no bound
 
 
 def test_a_table_grows_its_forwards_from_width_zero_up_as_they_complete():
@@ -644,14 +693,20 @@ def test_a_wide_batch_never_runs_the_forwards_no_k_can_pay_at(clock):
     inputs = make_source_batch(4, seed=3, pad_token_id=model.config.pad_token_id)
     reference = model.generate(**inputs, **GREEDY, max_new_tokens=30)
     drafter = OracleDrafter(reference, VOCAB_SIZE, 6, "half")
-    asked = []
+    asked = []  # (the batch width's table, k) of every drafter call
     propose = drafter.propose
-    drafter.propose = lambda state, ids, lengths, k, *args: asked.append(k) or propose(state, ids, lengths, k, *args)
+
+    def recording_propose(state, ids, lengths, k, *args):
+        asked.append(((draft_length._rows_bucket(ids.shape[0]), "cpu", 6), k))
+        return propose(state, ids, lengths, k, *args)
+
+    drafter.propose = recording_propose
     for _ in range(4):
         assert torch.equal(_generate_auto(model, inputs, drafter, max_new_tokens=30).sequences, reference)
-    table = draft_length._COST_TABLES[drafter][model][(4, "cpu", 6)]
-    assert table.calibration is None and 1 <= table.largest_k < 6
-    assert asked and max(asked) <= table.largest_k
+    tables = draft_length._COST_TABLES[drafter][model]
+    assert tables[(4, "cpu", 6)].calibration is None and 1 <= tables[(4, "cpu", 6)].largest_k < 6
+    assert any(key == (4, "cpu", 6) for key, _ in asked)
+    assert all(k <= tables[key].largest_k for key, k in asked)
 
 
 def test_k_zero_iterations_are_greedy_steps(family, clock):

@@ -149,6 +149,20 @@ def test_positions_given_as_a_range_are_those_of_the_tensor(batch_size):
     torch.testing.assert_close(by_ranges, by_tensors, atol=0, rtol=0)
 
 
+def test_positions_given_as_a_range_go_through_the_module_where_it_is_not_run_as_it_is():
+    """A range past the position table fails as the tensor of its positions does (no silently shorter slice), and
+    a hooked position embedding sees the positions of a range."""
+    decoder = tiny_drafter(prefix_attention="causal").decoder
+    table_size = decoder.embed_positions.num_embeddings
+    with pytest.raises(IndexError):
+        decoder._position_embeddings(range(table_size - 2, table_size + 2))
+    seen = []
+    decoder.embed_positions.register_forward_hook(lambda module, args, output: seen.append(args[0].tolist()))
+    embeddings = decoder._position_embeddings(range(3, 6))
+    assert seen == [[3, 4, 5]]
+    torch.testing.assert_close(embeddings, decoder.embed_positions.weight[3:6], atol=0, rtol=0)
+
+
 # ------------------------------------------------------------------------------------------------------------------
 # Saving and loading
 # ------------------------------------------------------------------------------------------------------------------
