@@ -8,10 +8,11 @@ iteration; this module chooses it from two measured things:
 - **what an iteration costs** ([`IterationCostTable`]): a verifier forward over the uncached tokens and w drafts,
   timed once per process, drafter, verifier, batch width and device in the loop's own first iterations at that width
   ([`ForwardCalibration`]: they run every w in turn, from 0 up, so that calibrating costs no forward beyond
-  decoding's, and stop at the first w whose forward alone costs more than any k is expected to bring), plus what the
-  loop pays around it, read from the iterations' own wall time as decoding runs: without a drafter call,
-  and with one as a base and a cost per draft (the drafter's queries, the wider logits), the latter from pairs of
-  consecutive iterations whose k differs by one (every few drafting iterations run a k next to the best one);
+  decoding's, and stop at the first w whose forward alone costs more than any k is expected to bring, until a rule
+  expecting more tokens reopens them), plus what the loop pays around it, read from the iterations' own wall time as
+  decoding runs: without a drafter call, and with one as a base and a cost per draft (the drafter's queries, the
+  wider logits), the latter from pairs of consecutive iterations whose k differs by one (every few drafting
+  iterations run a k next to the best one);
 - **what the drafts are worth** ([`AcceptanceEstimate`]): how often the first i drafts were all accepted so far by
   this verifier and drafter under this rule (kept for the process, so that the next `generate()` starts informed).
 
@@ -157,11 +158,14 @@ class AcceptanceEstimate:
                 self.accepted[position] += 1
 
     def tokens_upper_bound(self, length: int) -> float:
-        """The most tokens an iteration of any k up to `length` is expected to bring: `1 + Σ P(first i + 1 accepted)`
-        over `length` drafts, each position not verified yet taken at the estimate of the last one that was (no
-        later draft is accepted more often than an earlier one), every draft at 1 before any was verified."""
+        """The most tokens an iteration of any k up to `length` is expected to bring by these estimates:
+        `1 + Σ P(first i + 1 accepted)` over `length` drafts, each position not verified yet taken at the estimate of
+        the last one that was (P(first i + 1 accepted) cannot grow with i), every draft at 1 before any was verified.
+        (The estimates are smoothed towards the prior: with few counts they may lie below the true rates; the bound
+        grows as counts come, and a table's calibration stopped under a lower one is reopened.)"""
         probabilities = self.probabilities(length)
-        measured = sum(1 for position in range(min(length, len(self.verified))) if self.verified[position])
+        verified = self.verified[:length]
+        measured = verified.index(0) if 0 in verified else len(verified)  # the positions verified, from the first
         last = probabilities[measured - 1] if measured else 1.0
         return 1.0 + sum(probabilities[:measured]) + (length - measured) * last
 
@@ -270,6 +274,8 @@ class ForwardCalibration:
         if self.cap is None or not self.may_pay(self.cap, plain_seconds, tokens_bound):
             return False
         self.cap = None
+        # calls that found it complete timed nothing of it: not idle ones (`count_call`)
+        self.idle_calls, self.seen_after_last_call = 0, sum(self.seen)
         self._advance(plain_seconds, tokens_bound)
         return True
 
@@ -579,8 +585,9 @@ class DraftLengthSchedule:
         none decodes plainly, unrecorded: drafting could time no k ≥ 1. After `_MAX_IDLE_CALLS` calls in a row that
         timed none of the table's forwards (rows that finish at their first iteration go on in a narrower width), the
         calls of this width are chosen by their own timings alone. A table whose calibration stopped at its cap (no k
-        above it expected to pay) is calibrated again first where this rule expects more tokens of an iteration
-        ([`IterationCostTable.reopen_calibration`]).
+        above it expected to pay) is calibrated on above it first where the cap's width may pay by this rule's bound on
+        the tokens of an iteration ([`IterationCostTable.reopen_calibration`]; `next_k` does the same for the table of
+        a narrower width that rows finish into).
 
         Args:
             rows (`int`): The call's rows.
@@ -591,7 +598,7 @@ class DraftLengthSchedule:
         key = self._table_key(rows)
         table = self._tables.get(key)
         if table is not None and table.stopped_calibration is not None:  # a rule that may pay where it stopped
-            table.reopen_calibration(self.acceptance.tokens_upper_bound(self.max_draft_tokens))
+            self._reopen_if_paying(table)
         largest = self.max_draft_tokens if largest_k is None else min(largest_k, self.max_draft_tokens)
         self._timed_width = max(largest, 1)
         if largest < 1 and (table is None or not table.covers(1)):
@@ -610,6 +617,10 @@ class DraftLengthSchedule:
         self._call_choices_now = choices
         self._call = choices.next_call(drafting_by_table)
         return self._call.drafts
+
+    def _reopen_if_paying(self, table: IterationCostTable) -> None:
+        """Calibrate `table` above its cap where the cap's width may pay by this rule's acceptance counts."""
+        table.reopen_calibration(self.acceptance.tokens_upper_bound(self.max_draft_tokens))
 
     def _table_expects_drafting(
         self, table: IterationCostTable, width: int, key: tuple, plain_call_steps: Sequence[float]
@@ -689,6 +700,8 @@ class DraftLengthSchedule:
             table = self._tables[key] = IterationCostTable.uncalibrated(self.max_draft_tokens)
         if table is not self._table or rows != self._rows:  # rows finished: no pair across the two widths
             self._previous = None
+            if table.stopped_calibration is not None:  # a narrower width's table, stopped under another rule
+                self._reopen_if_paying(table)
         self._table, self._rows = table, rows
         width = min(limit, self.max_draft_tokens)
         if table.covers(min(width, self._timed_width, table.largest_k)):

@@ -190,8 +190,9 @@ class SpecDrafterDecoder(nn.Module):
     def _position_embeddings(self, positions: torch.LongTensor | range) -> torch.Tensor:
         """The learned embeddings of `positions`; of a `range` of following positions within the table, a slice of
         it (a drafting call's: no index tensor to build and look up, which costs about what a small layer's call
-        does), unless the embedding is not a plain `nn.Embedding` run as it is (a subclass or wrapper, hooks,
-        `max_norm`): then, as of a tensor, through the module."""
+        does), unless the embedding is not a plain `nn.Embedding` run as it is (a subclass or wrapper, forward hooks
+        of its own, `max_norm`): then, as of a tensor, through the module. (Global module hooks are not consulted:
+        the slice is what the module's forward would return.)"""
         if isinstance(positions, range):
             table = self.embed_positions
             if (

@@ -374,6 +374,43 @@ def test_a_rule_expecting_more_tokens_calibrates_a_stopped_table_again(clock):
     assert table.calibration is not None and table.largest_k == 4
 
 
+def _stopped_table(costs: list[float], tokens_bound: float, plain_seconds: float = 1.0) -> IterationCostTable:
+    """A table whose calibration ran to its end on `costs[w]` per width under `tokens_bound`."""
+    table = IterationCostTable.uncalibrated(len(costs) - 1)
+    table.plain_recent.append(plain_seconds)
+    while table.calibration is not None:
+        width = table.calibration.next_width(len(costs) - 1)
+        table.observe_forward(width, costs[width], tokens_bound)
+    return table
+
+
+def test_a_reopened_calibration_judges_by_the_plain_iteration_and_forgets_idle_calls():
+    """Reopening weighs the cap's forward against the recent plain iterations (the loop's own work is paid once per
+    iteration), not the plain forward alone; and calls that found the table complete were not idle calls."""
+    table = _stopped_table([1.0, 1.5, 3.0, 3.2, 3.4], tokens_bound=2.0)
+    table.stopped_calibration.idle_calls = draft_length._MAX_IDLE_CALLS
+    assert not table.reopen_calibration(2.5)  # 3.0 < 1.0 + 1.5 * 1.0: no
+    table.plain_recent.extend([2.0] * 4)  # the loop's own work: a plain iteration costs twice its forward
+    assert table.reopen_calibration(2.5)  # 3.0 < 1.0 + 1.5 * 2.0
+    assert table.calibration.idle_calls == 0 and table.calibration.seen_after_last_call == sum(table.calibration.seen)
+
+
+def test_a_narrower_width_rows_finish_into_is_reopened_for_a_rule_expecting_more(clock):
+    """A call of a rule whose drafts are mostly accepted starts at batch 4 and goes on at batch 2 once rows finish:
+    the batch-2 table, stopped at k = 1 under a rule whose drafts were seldom accepted, is calibrated on above it."""
+    verifier, drafter = WeakKey(), WeakKey()
+    often = DraftLengthSchedule(verifier, drafter, 4, ("greedy", 3, 1.0), torch.device("cpu"))
+    often.acceptance.update(2, [2] * 200)
+    narrow = often._tables[(2, "cpu", 4)] = _stopped_table([1.0, 1.5, 3.0, 3.2, 3.4], tokens_bound=1.03)
+    often._tables[(4, "cpu", 4)] = IterationCostTable([1.0, 1.0, 1.0, 1.0, 1.0])
+    assert narrow.largest_k == 1 and narrow.stopped_calibration is not None
+    often.drafts_this_call(4)
+    often.next_k(4, 4)
+    often.observe([2] * 4)
+    often.next_k(2, 4)  # rows finished: the narrower table
+    assert narrow.calibration is not None and narrow.largest_k == 4 and often._times_forward
+
+
 def test_the_tokens_bound_takes_unverified_drafts_at_the_last_verified_ones_estimate():
     estimate = AcceptanceEstimate()
     assert estimate.tokens_upper_bound(8) == 9.0  # nothing verified: every draft may be accepted
@@ -381,6 +418,7 @@ def test_the_tokens_bound_takes_unverified_drafts_at_the_last_verified_ones_esti
     first, second = estimate.probabilities(2)
     assert estimate.tokens_upper_bound(8) == pytest.approx(1.0 + first + second + 6 * second)
     assert estimate.tokens_upper_bound(8) > 1.0 + sum(estimate.probabilities(8))  # the prior's 0.6^i is no bound
+    assert estimate.tokens_upper_bound(1) == pytest.approx(1.0 + first)  # fewer drafts than were verified
 
 
 def test_a_table_grows_its_forwards_from_width_zero_up_as_they_complete():

@@ -163,6 +163,30 @@ def test_positions_given_as_a_range_go_through_the_module_where_it_is_not_run_as
     torch.testing.assert_close(embeddings, decoder.embed_positions.weight[3:6], atol=0, rtol=0)
 
 
+@pytest.mark.parametrize("kind", ["subclass", "max_norm"])
+def test_positions_given_as_a_range_go_through_an_embedding_not_run_as_a_plain_one(kind):
+    """A subclass's forward, or `max_norm` (which renormalises the rows it looks up), is the module's to run."""
+    decoder = tiny_drafter(prefix_attention="causal").decoder
+    table = decoder.embed_positions
+    if kind == "subclass":
+
+        class Doubled(torch.nn.Embedding):
+            def forward(self, input):
+                return 2 * super().forward(input)
+
+        table.__class__ = Doubled
+        expected = 2 * table.weight[3:6]
+    else:
+        table.max_norm = 1e-3
+        expected = None
+    with torch.no_grad():
+        embeddings = decoder._position_embeddings(range(3, 6))
+    if expected is None:  # renormalised rows, not the table's
+        assert embeddings.norm(dim=-1).max() <= 1e-3 + 1e-6
+    else:
+        torch.testing.assert_close(embeddings, expected, atol=0, rtol=0)
+
+
 # ------------------------------------------------------------------------------------------------------------------
 # Saving and loading
 # ------------------------------------------------------------------------------------------------------------------
