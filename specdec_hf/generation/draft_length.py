@@ -240,18 +240,19 @@ class ForwardCalibration:
         """How many w, from 0 up, the calibration times: up to the `cap` once one is set, else every w."""
         return len(self.seen) if self.cap is None else self.cap + 1
 
-    def may_pay(self, width: int, plain_seconds: float, tokens_bound: float) -> bool:
+    def may_pay(self, width: int, plain_seconds: float | None, tokens_bound: float) -> bool:
         """Whether some k ≥ `width` may beat a plain step by `width`'s least forward.
 
         An iteration of such a k costs at least that forward plus the loop's own work of a plain iteration
-        (`plain_seconds` less the plain forward), and brings at most `tokens_bound` tokens (the most an iteration is
+        (`plain_seconds` less the plain forward; `None`: the plain forward, no work around it), and brings at most `tokens_bound` tokens (the most an iteration is
         expected to bring, [`AcceptanceEstimate.tokens_upper_bound`]): it can beat `tokens_bound` plain iterations
         only where the forward is below `(tokens_bound - 1) * plain_seconds` plus the plain forward."""
         if tokens_bound == math.inf:  # no bound: every width may
             return True
+        plain_seconds = self.least[0] if plain_seconds is None else plain_seconds
         return self.least[width] < (tokens_bound - 1.0) * plain_seconds + self.least[0]
 
-    def _advance(self, plain_seconds: float, tokens_bound: float) -> None:
+    def _advance(self, plain_seconds: float | None, tokens_bound: float) -> None:
         """Let the next w join while the frontier's may pay (`may_pay`), once each w up to it was timed; set the
         frontier as the `cap` where it may not, but only after all its forwards (one slow reading must not end the
         calibration)."""
@@ -270,7 +271,6 @@ class ForwardCalibration:
         """Drop the `cap` where its width may pay by `tokens_bound` after all (a rule whose drafts are accepted further
         than those of the rule that timed it), and let the next w join; returns whether it did. `plain_seconds` as
         for `record`."""
-        plain_seconds = self.least[0] if plain_seconds is None else plain_seconds
         if self.cap is None or not self.may_pay(self.cap, plain_seconds, tokens_bound):
             return False
         self.cap = None
@@ -299,7 +299,7 @@ class ForwardCalibration:
         if self.seen[width]:
             self.least[width] = min(self.least[width], seconds)
         self.seen[width] += 1
-        self._advance(self.least[0] if plain_seconds is None else plain_seconds, tokens_bound)
+        self._advance(plain_seconds, tokens_bound)
 
 
 @dataclass
@@ -448,7 +448,7 @@ class IterationCostTable:
         kind gets tried.
         """
         width = len(self.verify_seconds) - 1 if width is None else width
-        plain = _lower_quartile(self.plain_recent)
+        plain = self.plain_seconds()
         plain = self.verify_seconds[0] if plain is None else plain
         # above k = 1: the steps' costs summed (the table's largest k, so that every recorded k has its offset)
         offsets = [0.0]
@@ -603,14 +603,14 @@ class DraftLengthSchedule:
         self._timed_width = max(largest, 1)
         if largest < 1 and (table is None or not table.covers(1)):
             return False
-        if table is None or not table.covers(min(self._timed_width, table.largest_k)):
+        width = self._timed_width if table is None else min(self._timed_width, table.largest_k)
+        if table is None or not table.covers(width):
             self._calibrating_key = key
             if table is None or table.calibration.idle_calls < _MAX_IDLE_CALLS:  # the loop calibrates it
                 return True
             # its calls time none of its forwards: chosen by their own timings, drafting until plain ones are timed
             drafting_by_table = _expects_drafting
         else:
-            width = min(self._timed_width, table.largest_k)
             drafting_by_table = functools.partial(self._table_expects_drafting, table, width, key)
         self._table = table
         choices = self._call_choices.setdefault(key, CallChoices())
