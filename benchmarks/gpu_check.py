@@ -241,7 +241,8 @@ def _cuda_syncs_per_iteration(ctx: Context, inputs: dict, kwargs: dict) -> list[
 
 
 def check_host_syncs(ctx: Context) -> dict:
-    """Host synchronisations per iteration: at most two of the project's own on the greedy path at batch 1 and 4,
+    """Host synchronisations per iteration: at most two of the project's own on the greedy path at batch 1 and 4
+    (off the CPU, whose greedy iterations settle on the host),
     the sampling path's count the same at k 4 and 8; on CUDA, also torch's sync debug mode per iteration."""
     report, failures = {}, []
     spec = dict(custom_generate=speculative_generate, drafter=ctx.drafter)
@@ -250,7 +251,9 @@ def check_host_syncs(ctx: Context) -> dict:
         kwargs = dict(GREEDY, **spec, num_draft_tokens=4)
         per_iteration, calls = _counted_per_iteration(ctx, inputs, kwargs)
         entry = {"project_max_per_iteration": max(per_iteration), "project_calls": calls}
-        if max(per_iteration) > GREEDY_SYNC_BUDGET:
+        # on the CPU greedy iterations settle on the host (`host_outcome`), where a read waits for nothing: the
+        # budget is an accelerator's
+        if ctx.device.type != "cpu" and max(per_iteration) > GREEDY_SYNC_BUDGET:
             failures.append(f"greedy batch {batch}: {max(per_iteration)} > {GREEDY_SYNC_BUDGET} per iteration")
         if ctx.device.type == "cuda":
             cuda = _cuda_syncs_per_iteration(ctx, inputs, kwargs)

@@ -28,7 +28,10 @@ def test_cpu_mode_runs_every_check_and_writes_both_reports(tmp_path):
             assert entry["identical"] + entry["differ_at_a_tie"] == entry["rows"], name
     assert results["checks"]["training"]["details"]["final_step"] == 20
     host_syncs = results["checks"]["host_syncs"]["details"]
-    assert host_syncs["greedy_batch4"]["project_max_per_iteration"] <= gpu_check.GREEDY_SYNC_BUDGET
+    # the greedy budget is an accelerator's (on the CPU greedy iterations settle on the host, where a read waits for
+    # nothing; tests/generation/test_host_syncs.py counts the tensor path); sampling's count holds on any device
+    assert host_syncs["greedy_batch4"]["project_max_per_iteration"] > 0
+    assert host_syncs["sampling_k4"] == host_syncs["sampling_k8"]
     assert "| exactness | passed |" in (tmp_path / "gpu_check.md").read_text()
 
 

@@ -10,7 +10,7 @@ from transformers.modeling_outputs import BaseModelOutput
 
 from .stats import SpeculativeDecodingStats
 
-__all__ = ["ActiveBatch", "LoopResult", "Rows", "RowContext", "SpeculativeLoopConfig"]
+__all__ = ["ActiveBatch", "LoopResult", "Outcome", "Rows", "RowContext", "SpeculativeLoopConfig"]
 
 
 @dataclass
@@ -101,3 +101,16 @@ class RowContext:
     encoder_attention_mask: torch.LongTensor | None
     drafter_state: object
     verifier_states: torch.FloatTensor | None = None
+
+
+class Outcome(NamedTuple):
+    """What an iteration's one device-to-host transfer brings over, per active row: the tokens appended, whether
+    the row finished, the drafts it accepted and the drafts it verified (and row 0's new tokens, for a streamer, and
+    the drafter's value facts, when still to be checked)."""
+
+    num_new: list[int]
+    finished: list[bool]
+    accepted: list[int]
+    verified: list[int]
+    streamed: list[int] | None
+    value_facts: list[int] | None = None

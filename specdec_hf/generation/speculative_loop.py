@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import functools
 import operator
-from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -45,7 +44,8 @@ from ..acceptance import (
 from ..drafting import Drafter
 from .aligned_rows import criteria_read_scores, reads_row_index, stop_aligned
 from .draft_length import DraftLengthSchedule
-from .loop_state import ActiveBatch, LoopResult, RowContext, Rows, SpeculativeLoopConfig
+from .host_outcome import commit_on_host, settle_on_host, settles_on_host
+from .loop_state import ActiveBatch, LoopResult, Outcome, RowContext, Rows, SpeculativeLoopConfig
 from .position_processing import process_every_position
 from .processor_gating import check_processor_arguments, processors_acting_on
 from .proposal_checks import check_proposal, make_safe, raise_for_value_facts
@@ -123,6 +123,10 @@ def run_speculative_loop(
     simple = all(
         isinstance(c, (MaxLengthCriteria, EosTokenCriteria)) and not reads_row_index(c) for c in stopping_criteria
     )
+    on_host = settles_on_host(config, simple, input_ids.device)
+    eos_token_ids = None
+    if on_host and config.eos_token_ids is not None:
+        eos_token_ids = frozenset(config.eos_token_ids.tolist())
     # the verifier's learned positions and the drafter's: k shrinks near either limit
     position_limit = position_limit_of(verifier, drafter)
     state_layers = getattr(drafter, "verifier_state_layers", None)
@@ -161,27 +165,22 @@ def run_speculative_loop(
             verify, verifier, context, cache, cache_length, batch, drafts, state_layers, config, causal_masks
         )
         logits, fed_length = draft_length_schedule.run_verification(verification) if scheduled else verification()
-        # 3. Accept, each row within its budget: the drafts it verified and its length limit
-        budgets = _budgets(batch.lengths, drafts.shape[1], verify_counts, config)
+        # 3. Accept, each row within its budget (the processors applied at every verified position first);
+        # 4. stop; 5. commit and read the outcome
         acting = processors_acting_on(logits_processor, batch.shortest, batch.longest + drafts.shape[1])
-        scores, new_tokens, num_accepted = accept(logits, drafts, budgets, batch, acting, proposal_q, config)
-        # 4. Stop
-        if config.aligned_rows:
-            new_tokens, num_new, finished = stop_aligned(
-                new_tokens, num_accepted + 1, batch.committed, batch.longest, scores, score_history, stopping_criteria,
-                done, config.max_length, config.pad_token_id, config.pad_finished_rows,
+        scores = process_every_position(acting, batch.committed, batch.lengths, batch.host_lengths, drafts, logits)
+        if on_host:  # in Python, from one read of the verifier's choices
+            outcome, new_tokens = settle_on_host(
+                scores, drafts, batch.host_lengths, verify_counts, value_facts, eos_token_ids, config,
+                stream=streamer is not None,
             )  # fmt: skip
+            going_on = commit_on_host(rows, batch.host_lengths, new_tokens, outcome.finished)
         else:
-            num_new, finished = stop(
-                new_tokens, num_accepted + 1, batch, scores, score_history, stopping_criteria, simple, config
-            )
-        # 5. Commit: write the new tokens, read this iteration's outcome on the host (its one transfer), count
-        # them, release finished rows, crop the verifier's cache
-        commit(rows, batch.lengths, new_tokens, num_new, config.pad_token_id)
-        streamed = new_tokens[0] if streamer is not None else None
-        outcome = _read_outcome(
-            num_new, finished, torch.minimum(num_accepted, num_new), budgets, streamed, value_facts
-        )
+            outcome, finished = _settle_on_device(
+                rows, batch, scores, drafts, verify_counts, value_facts, proposal_q, score_history, stopping_criteria,
+                simple, done, streamer is not None, config,
+            )  # fmt: skip
+            going_on = None  # found from `finished` where the device has it, if a row finished
         if outcome.value_facts is not None:
             raise_for_value_facts(outcome.value_facts, drafter, config.vocab_size)
         if streamer is not None:
@@ -201,8 +200,10 @@ def run_speculative_loop(
         if config.aligned_rows:  # rows leave together, when the last one finishes
             done, done_list = finished, outcome.finished
             if not all(done_list):
-                finished, outcome = torch.zeros_like(finished), outcome._replace(finished=[False] * len(done_list))
-        cache_length = release_finished_rows(rows, context, cache, drafter, finished, outcome.finished, fed_length)
+                outcome = outcome._replace(finished=[False] * len(done_list))
+        if going_on is None and any(outcome.finished):
+            going_on = torch.argsort(finished.to(torch.uint8), stable=True)[: outcome.finished.count(False)]
+        cache_length = release_finished_rows(rows, context, cache, drafter, outcome.finished, going_on, fed_length)
 
     if streamer is not None:
         streamer.end()
@@ -486,37 +487,69 @@ def _record_verifier_states(
     return verifier_states
 
 
+def _settle_on_device(
+    rows: Rows,
+    batch: ActiveBatch,
+    scores: torch.FloatTensor,
+    drafts: torch.LongTensor,
+    verify_counts: torch.LongTensor | None,
+    value_facts: torch.LongTensor | None,
+    proposal_q: torch.FloatTensor | None,
+    score_history: tuple[torch.FloatTensor, ...] | None,
+    stopping_criteria: StoppingCriteriaList,
+    simple_stopping: bool,
+    done: torch.BoolTensor,
+    stream: bool,
+    config: SpeculativeLoopConfig,
+) -> tuple[Outcome, torch.BoolTensor]:
+    """Stages 3-5 on tensors (sampling, criteria beyond EOS and length, aligned rows): accept, stop and commit on
+    the device, then read the outcome in one transfer.
+
+    Returns:
+        The iteration's [`Outcome`] and `finished` `(rows,)`, on the device.
+    """
+    budgets = _budgets(batch.lengths, drafts.shape[1], verify_counts, config)
+    new_tokens, num_accepted = accept(scores, drafts, budgets, proposal_q, config)
+    if config.aligned_rows:
+        new_tokens, num_new, finished = stop_aligned(
+            new_tokens, num_accepted + 1, batch.committed, batch.longest, scores, score_history, stopping_criteria,
+            done, config.max_length, config.pad_token_id, config.pad_finished_rows,
+        )  # fmt: skip
+    else:
+        num_new, finished = stop(
+            new_tokens, num_accepted + 1, batch, scores, score_history, stopping_criteria, simple_stopping, config
+        )
+    commit(rows, batch.lengths, new_tokens, num_new, config.pad_token_id)
+    outcome = _read_outcome(
+        num_new, finished, torch.minimum(num_accepted, num_new), budgets, new_tokens[0] if stream else None,
+        value_facts,
+    )  # fmt: skip
+    return outcome, finished
+
+
 def accept(
-    logits: torch.FloatTensor,
+    scores: torch.FloatTensor,
     drafts: torch.LongTensor,
     budgets: torch.LongTensor,
-    batch: ActiveBatch,
-    acting: LogitsProcessorList,
     proposal_q: torch.FloatTensor | None,
     config: SpeculativeLoopConfig,
-) -> tuple[torch.FloatTensor, torch.LongTensor, torch.LongTensor]:
+) -> tuple[torch.LongTensor, torch.LongTensor]:
     """Stage 3: the accepted drafts of every row and the token the verifier emits where the row stops.
 
-    The acting processors are applied to every position with its own prefix (`position_processing`; in one call
-    each when none reads the prefix, such as the single-token ban `bad_words_ids=[[pad]]`). Greedy decoding then
-    judges all positions at once; sampling judges them in turn (`specdec_hf.acceptance`).
+    Greedy decoding judges all positions at once; sampling judges them in turn (`specdec_hf.acceptance`).
 
     Args:
-        logits (`torch.FloatTensor` of shape `(rows, k + 1, vocab_size)`): The verifier's raw scores.
+        scores (`torch.FloatTensor` of shape `(rows, k + 1, vocab_size)`): The verifier's scores, processed at every
+            position with its own prefix (`position_processing`).
         budgets (`torch.LongTensor` of shape `(rows,)`): The most drafts each row may accept.
-        acting (`LogitsProcessorList`): The processors that may change these positions' scores.
         proposal_q (`torch.FloatTensor` of shape `(rows, k, vocab_size)`, *optional*): The drafts' q when sampling.
 
     Returns:
-        `scores` `(rows, k + 1, vocab_size)` (the processed scores), `new_tokens` `(rows, k + 1)` whose first
-        `num_accepted + 1` are appended, and `num_accepted` `(rows,)`.
+        `new_tokens` `(rows, k + 1)` whose first `num_accepted + 1` are appended, and `num_accepted` `(rows,)`.
     """
-    scores = process_every_position(acting, batch.committed, batch.lengths, batch.host_lengths, drafts, logits)
     if config.do_sample:
-        new_tokens, num_accepted = judge_per_position(scores, drafts, budgets, SamplingRule(proposal_q))
-    else:
-        new_tokens, num_accepted = accept_all_positions(scores, drafts, budgets, config.beta, config.tau)
-    return scores, new_tokens, num_accepted
+        return judge_per_position(scores, drafts, budgets, SamplingRule(proposal_q))
+    return accept_all_positions(scores, drafts, budgets, config.beta, config.tau)
 
 
 def stop(
@@ -576,19 +609,6 @@ def commit(
         keep_token, new_tokens, pad_token_id
     )
     rows.active_lengths = lengths + num_new
-
-
-class Outcome(NamedTuple):
-    """What an iteration's one device-to-host transfer brings over, per active row: the tokens appended, whether
-    the row finished, the drafts it accepted and the drafts it verified (and row 0's new tokens, for a streamer, and
-    the drafter's value facts, when still to be checked)."""
-
-    num_new: list[int]
-    finished: list[bool]
-    accepted: list[int]
-    verified: list[int]
-    streamed: list[int] | None
-    value_facts: list[int] | None = None
 
 
 def _read_outcome(
@@ -651,32 +671,31 @@ def release_finished_rows(
     context: RowContext,
     cache: EncoderDecoderCache,
     drafter: Drafter | None,
-    finished: torch.BoolTensor,
-    finished_list: list[bool],
+    finished: list[bool],
+    going_on: torch.LongTensor | None,
     fed_length: int,
 ) -> int:
     """Stage 5 (end): drop finished rows from everything the loop holds per row, and crop the verifier's cache to
     what every remaining row has committed.
 
     Args:
-        finished (`torch.BoolTensor` of shape `(rows,)`): Rows that stop after this iteration.
-        finished_list (`list[bool]`): The same, on the host.
+        finished (`list[bool]`): Per active row, whether it stops after this iteration (read with the outcome).
+        going_on (`torch.LongTensor`, *optional*): When a row finished, the local indices of the rows that do not,
+            in order, on the device.
         fed_length (`int`): The verifier cache's length after this iteration's forward.
 
     Returns:
         The verifier cache's new length: the shortest active row's committed length minus one (0 when no row is
         left).
     """
-    if any(finished_list):
-        rows.active = [row for row, done in zip(rows.active, finished_list, strict=True) if not done]
+    if any(finished):
+        rows.active = [row for row, done in zip(rows.active, finished, strict=True) if not done]
         if not rows.active:
             return 0
-        # the unfinished rows' indices, in order, computed where `finished` is (the host knows only how many)
-        keep_index = torch.argsort(finished.to(torch.uint8), stable=True)[: len(rows.active)]
-        rows.active_index = rows.active_index.index_select(0, keep_index)
-        rows.active_lengths = rows.active_lengths.index_select(0, keep_index)
-        cache.batch_select_indices(keep_index)
-        _select_rows(context, drafter, keep_index)
+        rows.active_index = rows.active_index.index_select(0, going_on)
+        rows.active_lengths = rows.active_lengths.index_select(0, going_on)
+        cache.batch_select_indices(going_on)
+        _select_rows(context, drafter, going_on)
     cache_length = min(rows.lengths[r] for r in rows.active) - 1
     if fed_length > cache_length:  # Cache.crop(0) is not a no-op on every transformers version
         cache.crop(cache_length - fed_length)

@@ -3,7 +3,9 @@
 On a GPU every read of a device value by the host waits until the device is idle. `HostSyncCounter` counts the
 calls of the package's own code that do so, per verifier call; the set-up before the first verification and the
 wrap-up after the last are left out, so that the count does not depend on a run's length. What the counter cannot
-see (calls that pass no torch function it hooks) is checked by reading the per-iteration code.
+see (calls that pass no torch function it hooks) is checked by reading the per-iteration code. The counts are the
+accelerator's: on the CPU, where a read waits for nothing, greedy iterations settle on the host instead
+(`host_outcome`), so these tests run the accelerator's tensor path.
 """
 
 from __future__ import annotations
@@ -26,6 +28,12 @@ from specdec_hf.evaluation.host_syncs import HostSyncCounter
 
 GREEDY_BUDGET = 2
 EOS = 7  # a frequent token of the tiny verifier: rows finish at different iterations
+
+
+@pytest.fixture(autouse=True)
+def tensor_path(monkeypatch):
+    """The iterations settled on tensors, as on an accelerator, although these tests run on the CPU."""
+    monkeypatch.setattr(specdec_hf.generation.speculative_loop, "settles_on_host", lambda *args: False)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,202 @@
+"""Greedy iterations settled on the host (`host_outcome`, the CPU's path) against the tensor path (an accelerator's):
+the same sequences and statistics, β = 1 equal to greedy `generate()`, and `settle_on_host` on hand-made scores."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import FAMILIES, VOCAB_SIZE, build_verifier, generate_with_drafter, make_source_batch
+from oracle_drafters import ConfidentOracleDrafter, OracleDrafter
+
+import specdec_hf.generation.speculative_loop as speculative_loop
+from specdec_hf import SourceCopyDrafter, SpecDrafterModel
+from specdec_hf.generation.host_outcome import commit_on_host, settle_on_host, settles_on_host
+from specdec_hf.generation.loop_state import Rows, SpeculativeLoopConfig
+
+EOS = 7  # a frequent token of the tiny verifiers: rows finish at different iterations
+
+
+def _on_both_paths(monkeypatch, run):
+    """`run()` with iterations settled on the host (checked to be taken), then on tensors."""
+    settled = []
+
+    def counting(*args, **kwargs):
+        settled.append(1)
+        return settle_on_host(*args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(speculative_loop, "settle_on_host", counting)
+        host = run()
+    assert settled, "the host path was not taken"
+    with monkeypatch.context() as patch:
+        patch.setattr(speculative_loop, "settles_on_host", lambda *args: False)
+        patch.setattr(speculative_loop, "settle_on_host", None)  # a call would fail
+        tensor = run()
+    return host, tensor
+
+
+def _assert_same(host, tensor):
+    assert torch.equal(host.sequences, tensor.sequences)
+    assert host.speculative_stats == tensor.speculative_stats
+
+
+@pytest.mark.parametrize("batch_size", [1, 4])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_beta_one_equals_greedy_on_both_paths(family, batch_size, monkeypatch):
+    verifier = build_verifier(family, eos_token_id=EOS)
+    source = make_source_batch(batch_size, seed=1)
+    reference = verifier.generate(**source, do_sample=False, num_beams=1, max_new_tokens=40)
+    drafter = OracleDrafter(reference, VOCAB_SIZE, accuracy="half")
+    host, tensor = _on_both_paths(
+        monkeypatch, lambda: generate_with_drafter(verifier, source, drafter, max_new_tokens=40, num_draft_tokens=4)
+    )
+    assert torch.equal(host.sequences, reference)
+    _assert_same(host, tensor)
+    if batch_size > 1:  # rows advanced unevenly and finished at different iterations
+        assert len(set(host.speculative_stats.accepted_tokens)) > 1
+
+
+@pytest.mark.parametrize("batch_size", [1, 4])
+def test_relaxed_rule_is_the_tensor_paths(batch_size, monkeypatch):
+    verifier = build_verifier("bart", eos_token_id=EOS)
+    source = make_source_batch(batch_size, seed=3)
+    torch.manual_seed(0)
+    drafter = SpecDrafterModel.from_verifier(
+        verifier,
+        max_draft_tokens=4,
+        encoder_layers=1,
+        decoder_layers=1,
+        prefix_attention="causal",
+        verifier_state_layers=[1],
+    )
+    host, tensor = _on_both_paths(
+        monkeypatch,
+        lambda: generate_with_drafter(
+            verifier, source, drafter, max_new_tokens=24, num_draft_tokens=4, beta=4, tau=3.0
+        ),
+    )
+    _assert_same(host, tensor)
+    # drafts were accepted where β = 1 rejects them: the relaxed rule was in play
+    assert sum(host.speculative_stats.accepted_tokens) > 0
+
+
+def test_per_row_draft_counts_and_the_length_limit(monkeypatch):
+    """A drafter that drafts per row (the source copy's `num_drafts`), a confidence cut, and budgets bound by
+    `max_length` (k = 4 against 6 new tokens)."""
+    verifier = build_verifier("bart", eos_token_id=EOS)
+    source = make_source_batch(4, seed=1)
+    output = verifier.generate(**source, do_sample=False, max_new_tokens=20)[:, 1:]
+    copy_source = {"input_ids": torch.cat([output, output], dim=1)}  # continues many prefixes, not all
+    reference = verifier.generate(**copy_source, do_sample=False, num_beams=1, max_new_tokens=6)
+    copy = SourceCopyDrafter.from_verifier(verifier, num_draft_tokens=4)
+    host, tensor = _on_both_paths(
+        monkeypatch, lambda: generate_with_drafter(verifier, copy_source, copy, max_new_tokens=6, num_draft_tokens=4)
+    )
+    assert torch.equal(host.sequences, reference)
+    _assert_same(host, tensor)
+
+    reference = verifier.generate(**source, do_sample=False, num_beams=1, max_new_tokens=20)
+    confident = ConfidentOracleDrafter(reference, VOCAB_SIZE)
+    host, tensor = _on_both_paths(
+        monkeypatch,
+        lambda: generate_with_drafter(
+            verifier, source, confident, max_new_tokens=20, num_draft_tokens=4, draft_confidence_threshold=0.4
+        ),
+    )
+    assert torch.equal(host.sequences, reference)
+    _assert_same(host, tensor)
+
+
+def _config(**overrides) -> SpeculativeLoopConfig:
+    settings = dict(
+        num_draft_tokens=3, beta=1, tau=0.0, max_length=20, pad_token_id=0, vocab_size=10, eos_token_ids=None
+    )
+    return SpeculativeLoopConfig(**{**settings, **overrides})
+
+
+def _scores_choosing(choices: list[list[int]], vocab_size: int = 10) -> torch.FloatTensor:
+    """Scores `(rows, positions, vocab_size)` whose argmax at each position is `choices[row][position]`."""
+    scores = torch.zeros(len(choices), len(choices[0]), vocab_size)
+    for row, tokens in enumerate(choices):
+        for position, token in enumerate(tokens):
+            scores[row, position, token] = 1.0
+    return scores
+
+
+def test_settle_on_host_accepts_the_leading_matches_and_appends_the_verifiers_token():
+    scores = _scores_choosing([[4, 5, 6, 8], [4, 5, 6, 8], [3, 3, 3, 3]])
+    drafts = torch.tensor([[4, 5, 6], [4, 9, 6], [4, 5, 6]])
+    outcome, new_tokens = settle_on_host(scores, drafts, [5, 5, 5], None, None, None, _config())
+    assert new_tokens == [[4, 5, 6, 8], [4, 5], [3]]
+    assert outcome.num_new == [4, 2, 1]
+    assert outcome.accepted == [3, 1, 0]
+    assert outcome.verified == [3, 3, 3]
+    assert outcome.finished == [False, False, False]
+    assert outcome.streamed is None and outcome.value_facts is None
+
+
+def test_settle_on_host_cuts_after_eos_and_at_the_length_limit():
+    scores = _scores_choosing([[4, 2, 6, 8], [4, 5, 6, 8]])
+    drafts = torch.tensor([[4, 2, 6], [4, 5, 6]])
+    # row 0: EOS (2) among its accepted drafts; row 1: 2 tokens left before max_length 20 (a budget of one draft)
+    outcome, new_tokens = settle_on_host(scores, drafts, [5, 18], None, None, frozenset({2}), _config(), stream=True)
+    assert new_tokens == [[4, 2], [4, 5]]
+    assert outcome.finished == [True, True]
+    assert outcome.accepted == [2, 1]
+    assert outcome.verified == [3, 1]
+    assert outcome.streamed == [4, 2]
+
+
+def test_settle_on_host_reads_verify_counts_value_facts_and_the_relaxed_rule():
+    scores = _scores_choosing([[4, 5, 6, 8], [4, 5, 6, 8]])
+    drafts = torch.tensor([[4, 5, 6], [4, 5, 6]])
+    outcome, new_tokens = settle_on_host(
+        scores, drafts, [5, 5], torch.tensor([1, 3]), torch.tensor([4, 6]), None, _config()
+    )
+    assert new_tokens == [[4, 5], [4, 5, 6, 8]]
+    assert outcome.verified == [1, 3]
+    assert outcome.value_facts == [4, 6]
+    # the relaxed rule: the second choice (score 0.5) passes top-2 with a wide tolerance, not top-1
+    scores[0, 0, 9] = 0.5
+    drafts = torch.tensor([[9, 5, 6], [4, 5, 6]])
+    relaxed, _ = settle_on_host(scores, drafts, [5, 5], None, None, None, _config(beta=2, tau=10.0))
+    strict, _ = settle_on_host(scores, drafts, [5, 5], None, None, None, _config())
+    assert relaxed.accepted == [3, 3] and strict.accepted == [0, 3]
+
+
+def test_settle_on_host_plain_step():
+    outcome, new_tokens = settle_on_host(
+        _scores_choosing([[6], [2]]), torch.empty(2, 0, dtype=torch.long), [3, 4], None, None, frozenset({2}),
+        _config(),
+    )  # fmt: skip
+    assert new_tokens == [[6], [2]]
+    assert outcome.finished == [False, True] and outcome.accepted == [0, 0] and outcome.verified == [0, 0]
+
+
+def test_commit_on_host_writes_the_tokens_and_returns_the_rows_going_on():
+    sequences = torch.zeros(3, 8, dtype=torch.long)
+    rows = Rows(
+        sequences=sequences,
+        lengths=[2, 3, 2],
+        active=[0, 2],
+        active_index=torch.tensor([0, 2]),
+        active_lengths=torch.tensor([2, 2]),
+        recorded=None,
+    )
+    assert commit_on_host(rows, [2, 2], [[5, 6], [7]], [False, False]) is None
+    assert sequences[0].tolist() == [0, 0, 5, 6, 0, 0, 0, 0]
+    assert sequences[2].tolist() == [0, 0, 7, 0, 0, 0, 0, 0]
+    assert sequences[1].tolist() == [0] * 8
+    assert rows.active_lengths.tolist() == [4, 3]
+    going_on = commit_on_host(rows, [4, 3], [[1], [2, 3]], [True, False])
+    assert going_on.tolist() == [1]
+    assert sequences[0, 4].item() == 1 and sequences[2, 3:5].tolist() == [2, 3]
+
+
+def test_settles_on_host_only_where_it_was_measured():
+    cpu = torch.device("cpu")
+    assert settles_on_host(_config(), True, cpu)
+    assert not settles_on_host(_config(), False, cpu)  # stopping criteria beyond EOS and length
+    assert not settles_on_host(_config(do_sample=True), True, cpu)
+    assert not settles_on_host(_config(aligned_rows=True), True, cpu)
+    assert not settles_on_host(_config(), True, torch.device("meta"))
