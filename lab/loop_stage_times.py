@@ -2,7 +2,7 @@
 
 Greedy `generate()` and speculative β=1 at a fixed k decode the same sentences in alternating runs (the order
 rotating per repeat). During the speculative runs only, each stage function of the loop
-(`specdec_hf.generation.speculative_loop`: draft, verify, accept, stop, commit, the outcome's read and the rest of
+(`specdec_hf.generation.speculative_loop`: draft, verify, the settling of accept, stop and commit and the rest of
 its helpers) and the drafter's per-call set-up (`init_drafting_state`) are wrapped in wall-clock timers, and forward
 hooks time the verifier's decoder, LM head and encoder; what `generate()` spends outside the loop is the run's time
 less the loop's. Figures are per iteration of the last repeat's speculative run, in ms and in greedy steps (that
@@ -35,18 +35,18 @@ from benchmarks._common import add_demo_pair_arguments, load_demo_pair, print_he
 from specdec_hf import SourceCopyDrafter, SpecDrafterAdapter, prepack_where_faster, speculative_generate
 from specdec_hf.evaluation.interleaved import interleave, paired_speedups
 
-# the loop's stage functions, in the order an iteration calls them (`verify` and `draft` first: the largest)
+# the loop's stage functions, in the order an iteration calls them (`verify` and `draft` first: the largest); an
+# iteration settles on the host (`settle_on_host`, `commit_on_host`: greedy on the CPU) or on tensors (`accept`, `stop`,
+# `commit`, `_read_outcome`, `_budgets`, called by `_settle_on_device`, whose own lines count as the loop's)
+SETTLING = ("settle_on_host", "commit_on_host", "accept", "stop", "commit", "_read_outcome", "_budgets")
 STAGES = (
     "draft",
     "verify",
-    "accept",
-    "stop",
-    "commit",
-    "_read_outcome",
+    "process_every_position",
+    *SETTLING,
     "release_finished_rows",
     "_active_batch",
     "_reserve_columns",
-    "_budgets",
     "processors_acting_on",
     "_count_iteration",
     "_advance_lengths",
@@ -123,7 +123,8 @@ def report(times: StageTimes, greedy_step: float, run_seconds: float) -> None:
     iterations = times.calls["verify"]
     seconds = times.seconds
     in_loop = seconds["loop"] - sum(seconds[name] for name in STAGES)
-    other_stages = sum(seconds[name] for name in STAGES if name not in ("draft", "verify", "accept"))
+    settling = sum(seconds[name] for name in SETTLING)
+    other_stages = sum(seconds[name] for name in STAGES if name not in ("draft", "verify", *SETTLING))
     outside = run_seconds - seconds["loop"]
     rows = [
         ("the loop", seconds["loop"]),
@@ -132,8 +133,8 @@ def report(times: StageTimes, greedy_step: float, run_seconds: float) -> None:
         ("    its LM head", seconds["LM head"]),
         ("    the rest of verify", seconds["verify"] - seconds["decoder forward"] - seconds["LM head"]),
         ("  draft (the drafter's call)", seconds["draft"]),
-        ("  accept", seconds["accept"]),
-        ("  the other stages (stop, commit, the outcome's read, ...)", other_stages),
+        ("  accept, stop and commit (on the host or on tensors)", settling),
+        ("  the other stages (the processors at every position, the rows' release, ...)", other_stages),
         ("  the loop's own lines between the stages", in_loop),
         ("outside the loop", outside),
         ("  the verifier's encoder", seconds["encoder"]),

@@ -474,16 +474,16 @@ def _record_verifier_states(
     Returns:
         `torch.FloatTensor` of shape `(active_rows, capacity, feature_width)`: the buffer of the active rows.
     """
-    first = hidden_states[layers[0]]  # (rows, width, hidden_size): every layer is written straight into its slice
+    first = hidden_states[layers[0]]  # (rows, width, hidden_size)
     rows, fed, hidden_size = first.shape
     if verifier_states is None:
         verifier_states = first.new_zeros(rows, capacity, hidden_size * len(layers))
     elif verifier_states.shape[1] < capacity:  # the sequence buffer grew: grow with it
         verifier_states = F.pad(verifier_states, (0, 0, 0, capacity - verifier_states.shape[1]))
     width = min(fed, capacity - cache_length)
-    for slot, index in enumerate(layers):
-        features = slice(slot * hidden_size, (slot + 1) * hidden_size)
-        verifier_states[:, cache_length : cache_length + width, features] = hidden_states[index][:, :width]
+    # the layers side by side in one write (a write per layer cost three times the operators)
+    states = torch.cat([hidden_states[index] for index in layers], dim=-1) if len(layers) > 1 else first
+    verifier_states[:, cache_length : cache_length + width] = states[:, :width]
     return verifier_states
 
 
