@@ -164,6 +164,7 @@ def accept_all_positions(
     Returns:
         `(new_tokens, num_accepted)`, as [`commit_accepted_prefix`].
     """
+    # greedy iterations on the CPU settle by the same rule on the host (`generation.host_outcome`): change both
     top1 = scores.argmax(dim=-1)  # (rows, k + 1)
     k = drafts.shape[1]
     accepted = drafts == top1[:, :k] if beta == 1 else accept_drafts(scores[:, :k], drafts, beta, tau)

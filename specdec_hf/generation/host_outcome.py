@@ -9,8 +9,9 @@ tensor built once (the new tokens, the lengths and, when rows finish, the rows t
 On a CPU each of those operators costs microseconds of dispatch and a read waits for nothing, so the iteration is
 shorter (docs/RESULTS.md); an accelerator keeps the tensor path, which reads the device once an iteration. The
 outputs are the tensor path's exactly: the same argmax, the same leading run of accepted drafts, the same cut after
-the first EOS and at `max_length`. Sampling, stopping criteria beyond EOS and length, and aligned rows keep the tensor
-path.
+the first EOS and at `max_length`. The rule is the one of `acceptance.accept_all_positions`, `stopping.stop_at_eos`
+and `speculative_loop._budgets`: a change to one side changes both (tests/generation/test_host_outcome.py compares
+them on random inputs). Sampling, stopping criteria beyond EOS and length, and aligned rows keep the tensor path.
 """
 
 from __future__ import annotations
@@ -116,6 +117,7 @@ def commit_on_host(
     one tensor built from the host's lists (which also carries the rows that go on, when some finish).
 
     Args:
+        rows ([`Rows`]): The batch; its `sequences` and `active_lengths` are updated.
         host_lengths (`list[int]`): The active rows' committed lengths before this iteration.
         new_tokens (`list[list[int]]`): What each active row appends, as [`settle_on_host`] returned it.
         finished (`list[bool]`): Per active row, whether it finished.

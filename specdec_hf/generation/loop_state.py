@@ -104,9 +104,9 @@ class RowContext:
 
 
 class Outcome(NamedTuple):
-    """What an iteration's one device-to-host transfer brings over, per active row: the tokens appended, whether
-    the row finished, the drafts it accepted and the drafts it verified (and row 0's new tokens, for a streamer, and
-    the drafter's value facts, when still to be checked)."""
+    """What an iteration's one read of the device brings over (or, settled on the host, its Python finds), per active
+    row: the tokens appended, whether the row finished, the drafts it accepted and the drafts it verified (and row
+    0's new tokens, for a streamer, and the drafter's value facts, when still to be checked)."""
 
     num_new: list[int]
     finished: list[bool]

@@ -175,6 +175,7 @@ def run_speculative_loop(
                 stream=streamer is not None,
             )  # fmt: skip
             going_on = commit_on_host(rows, batch.host_lengths, new_tokens, outcome.finished)
+            finished = None  # the host path has no aligned rows, and `going_on` whenever a row finished
         else:
             outcome, finished = _settle_on_device(
                 rows, batch, scores, drafts, verify_counts, value_facts, proposal_q, score_history, stopping_criteria,
@@ -201,7 +202,7 @@ def run_speculative_loop(
             done, done_list = finished, outcome.finished
             if not all(done_list):
                 outcome = outcome._replace(finished=[False] * len(done_list))
-        if going_on is None and any(outcome.finished):
+        if going_on is None and any(outcome.finished) and not all(outcome.finished):
             going_on = torch.argsort(finished.to(torch.uint8), stable=True)[: outcome.finished.count(False)]
         cache_length = release_finished_rows(rows, context, cache, drafter, outcome.finished, going_on, fed_length)
 
@@ -482,8 +483,10 @@ def _record_verifier_states(
         verifier_states = F.pad(verifier_states, (0, 0, 0, capacity - verifier_states.shape[1]))
     width = min(fed, capacity - cache_length)
     # the layers side by side in one write (a write per layer cost three times the operators)
-    states = torch.cat([hidden_states[index] for index in layers], dim=-1) if len(layers) > 1 else first
-    verifier_states[:, cache_length : cache_length + width] = states[:, :width]
+    states = [hidden_states[index][:, :width] for index in layers]
+    verifier_states[:, cache_length : cache_length + width] = (
+        torch.cat(states, dim=-1) if len(states) > 1 else states[0]
+    )
     return verifier_states
 
 

@@ -29,6 +29,7 @@ def stop_at_eos(
     Returns:
         `num_new` `(rows,)`, cut after an EOS, and `finished` `(rows,)`.
     """
+    # greedy iterations on the CPU stop by the same rule on the host (`host_outcome`): change both
     if eos_token_ids is not None and new_tokens.shape[1] == 1:  # a plain step: one token, no cut to place
         hit = torch.isin(new_tokens[:, 0], eos_token_ids) & (num_new > 0)
     elif eos_token_ids is not None:

@@ -1,7 +1,8 @@
 """β = 1 speculative decoding equals greedy `generate()` token for token (the backbone test).
 
 For every verifier family, batch 1 and a padded batch of 4, k in {1, 4, 10}, and drafters that are always right,
-always wrong and right about half the time.
+always wrong and right about half the time; each test on both ways an iteration settles (on the host, the CPU's
+greedy path, and on tensors, an accelerator's: `generation.host_outcome`).
 """
 
 from __future__ import annotations
@@ -15,9 +16,19 @@ from conftest import VOCAB_SIZE, build_verifier, make_source_batch
 from oracle_drafters import OracleDrafter, RandomDrafter
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria, StoppingCriteriaList
 
+import specdec_hf.generation.speculative_loop as speculative_loop
 from specdec_hf import enable_speculative_decoding, speculative_generate
 
 GREEDY = dict(do_sample=False, num_beams=1)
+
+
+@pytest.fixture(autouse=True, params=["host", "tensors"])
+def settling(request, monkeypatch):
+    """Every test with iterations settled on the host (the CPU's default) and on tensors (forced here, as an
+    accelerator runs them)."""
+    if request.param == "tensors":
+        monkeypatch.setattr(speculative_loop, "settles_on_host", lambda *args: False)
+    return request.param
 
 
 def _eos_that_splits_rows(model, inputs, max_new_tokens):

@@ -7,13 +7,14 @@ import pytest
 import torch
 from conftest import FAMILIES, VOCAB_SIZE, build_verifier, generate_with_drafter, make_source_batch
 from oracle_drafters import ConfidentOracleDrafter, OracleDrafter
+from transformers.generation.stopping_criteria import StoppingCriteriaList
 
 import specdec_hf.generation.speculative_loop as speculative_loop
 from specdec_hf import SourceCopyDrafter, SpecDrafterModel
 from specdec_hf.generation.host_outcome import commit_on_host, settle_on_host, settles_on_host
-from specdec_hf.generation.loop_state import Rows, SpeculativeLoopConfig
+from specdec_hf.generation.loop_state import ActiveBatch, Rows, SpeculativeLoopConfig
 
-EOS = 7  # a frequent token of the tiny verifiers: rows finish at different iterations
+EOS = 7  # an EOS id for the tiny verifiers (they rarely emit their real one)
 
 
 def _on_both_paths(monkeypatch, run):
@@ -43,6 +44,8 @@ def _assert_same(host, tensor):
 @pytest.mark.parametrize("batch_size", [1, 4])
 @pytest.mark.parametrize("family", FAMILIES)
 def test_beta_one_equals_greedy_on_both_paths(family, batch_size, monkeypatch):
+    """Sequences and statistics (rows finishing at EOS mid-draft on both paths: test_greedy_equivalence's
+    `test_rows_stopping_at_different_lengths`, which runs on both)."""
     verifier = build_verifier(family, eos_token_id=EOS)
     source = make_source_batch(batch_size, seed=1)
     reference = verifier.generate(**source, do_sample=False, num_beams=1, max_new_tokens=40)
@@ -52,7 +55,7 @@ def test_beta_one_equals_greedy_on_both_paths(family, batch_size, monkeypatch):
     )
     assert torch.equal(host.sequences, reference)
     _assert_same(host, tensor)
-    if batch_size > 1:  # rows advanced unevenly and finished at different iterations
+    if batch_size > 1:  # rows advanced unevenly: the ragged layout was exercised
         assert len(set(host.speculative_stats.accepted_tokens)) > 1
 
 
@@ -77,7 +80,8 @@ def test_relaxed_rule_is_the_tensor_paths(batch_size, monkeypatch):
     )
     _assert_same(host, tensor)
     # drafts were accepted where β = 1 rejects them: the relaxed rule was in play
-    assert sum(host.speculative_stats.accepted_tokens) > 0
+    strict = generate_with_drafter(verifier, source, drafter, max_new_tokens=24, num_draft_tokens=4)
+    assert sum(host.speculative_stats.accepted_tokens) > sum(strict.speculative_stats.accepted_tokens)
 
 
 def test_per_row_draft_counts_and_the_length_limit(monkeypatch):
@@ -200,3 +204,77 @@ def test_settles_on_host_only_where_it_was_measured():
     assert not settles_on_host(_config(do_sample=True), True, cpu)
     assert not settles_on_host(_config(aligned_rows=True), True, cpu)
     assert not settles_on_host(_config(), True, torch.device("meta"))
+
+
+def _random_iteration(generator: torch.Generator):
+    """One iteration's inputs at random: few ids (ties in the scores, EOS often among the drafts and the verifier's
+    choices), rows near the length limit, per-row draft counts of any integer dtype, value facts."""
+
+    def randint(high, size=(), low=0):
+        return torch.randint(low, high, size, generator=generator)
+
+    rows, k, vocab, max_length, pad = int(randint(5, low=1)), int(randint(5)), 6, 12, 0
+    scores = randint(3, (rows, k + 1, vocab)).float()  # small integers: ties everywhere
+    drafts = randint(vocab, (rows, k))
+    agree = randint(2, (rows, k)).bool()  # half the drafts are the verifier's choice: runs of accepted drafts
+    drafts = torch.where(agree, scores[:, :k].argmax(-1), drafts)
+    lengths = randint(max_length, (rows,), low=1)
+    verify_counts = None
+    if int(randint(2)):
+        dtype = (torch.int32, torch.int64, torch.uint8)[int(randint(3))]
+        verify_counts = randint(k + 1, (rows,)).to(dtype)
+    value_facts = randint(100, (3,)) if int(randint(2)) else None
+    eos = [None, [2], [2, 3]][int(randint(3))]
+    beta, tau = (1, 2, 5)[int(randint(3))], (0.0, 0.5, 10.0)[int(randint(3))]
+    config = _config(
+        num_draft_tokens=k, beta=beta, tau=tau, max_length=max_length, pad_token_id=pad, vocab_size=vocab,
+        eos_token_ids=None if eos is None else torch.tensor(eos),
+    )  # fmt: skip
+    return scores, drafts, lengths, verify_counts, value_facts, eos, config
+
+
+def _rows(lengths: torch.LongTensor, width: int, generator: torch.Generator) -> Rows:
+    sequences = torch.zeros(len(lengths), width, dtype=torch.long)
+    for row, length in enumerate(lengths.tolist()):
+        sequences[row, :length] = torch.randint(1, 6, (length,), generator=generator)
+    return Rows(
+        sequences=sequences,
+        lengths=lengths.tolist(),
+        active=list(range(len(lengths))),
+        active_index=torch.arange(len(lengths)),
+        active_lengths=lengths.clone(),
+        recorded=None,
+    )
+
+
+def test_settle_on_host_is_the_tensor_paths_rule_on_random_iterations():
+    generator = torch.Generator().manual_seed(0)
+    cases = dict(relaxed=0, eos_cut=0, length_cut=0, counts=0)
+    for _ in range(400):
+        scores, drafts, lengths, verify_counts, value_facts, eos, config = _random_iteration(generator)
+        state = generator.get_state()  # the same committed tokens in both buffers
+        on_tensors = _rows(lengths, config.max_length + drafts.shape[1] + 1, generator)
+        generator.set_state(state)
+        on_host = _rows(lengths, config.max_length + drafts.shape[1] + 1, generator)
+        host_lengths = lengths.tolist()
+        batch = ActiveBatch(on_tensors.sequences.clone(), lengths, host_lengths, min(host_lengths), max(host_lengths))
+        stream = len(host_lengths) == 1
+        expected, _ = speculative_loop._settle_on_device(
+            on_tensors, batch, scores, drafts, verify_counts, value_facts, None, None, StoppingCriteriaList(), True,
+            None, stream, config,
+        )  # fmt: skip
+        outcome, new_tokens = settle_on_host(
+            scores, drafts, host_lengths, verify_counts, value_facts, None if eos is None else frozenset(eos),
+            config, stream=stream,
+        )  # fmt: skip
+        if stream:  # the tensor path reads all k + 1 of row 0's tokens; the loop streams its first num_new
+            expected = expected._replace(streamed=expected.streamed[: expected.num_new[0]])
+        assert outcome == expected, (scores, drafts, lengths, verify_counts, eos, config)
+        commit_on_host(on_host, host_lengths, new_tokens, outcome.finished)
+        assert torch.equal(on_host.sequences, on_tensors.sequences)
+        assert torch.equal(on_host.active_lengths, on_tensors.active_lengths)
+        cases["relaxed"] += config.beta > 1 and sum(outcome.accepted) > 0
+        cases["eos_cut"] += any(n < a + 1 for n, a in zip(outcome.num_new, outcome.accepted, strict=True))
+        cases["length_cut"] += any(v < drafts.shape[1] for v in outcome.verified) and verify_counts is None
+        cases["counts"] += verify_counts is not None
+    assert all(count >= 10 for count in cases.values()), cases  # every case met, many times
