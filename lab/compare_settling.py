@@ -3,8 +3,9 @@
 On the CPU the loop settles a greedy iteration's acceptance, stop and commit in Python from one read
 (`specdec_hf.generation.host_outcome`); an accelerator runs the tensor path (`_settle_on_device`). This script runs
 greedy `generate()` and β=1 with each of the two paths (the tensor path forced by replacing
-`speculative_loop.settles_on_host` in this process) on the same sentences, in a rotating order per repeat, and checks
-every output against greedy's. The speed-ups are the medians of the per-repeat ratios (min–max).
+`speculative_loop.settles_on_host` in this process) on the same sentences, in a rotating order per repeat, checks
+every pass's outputs against greedy's and that the host leg settled on the host. The speed-ups are the medians of the
+per-repeat ratios (min–max).
 
     python -m lab.compare_settling --num_draft_tokens 2 --limit 60 --repeats 9
     python -m lab.compare_settling --num_draft_tokens 0 --limit 60 --repeats 9   # 0: "auto"
@@ -39,25 +40,40 @@ def main() -> None:
     num_draft_tokens = args.num_draft_tokens or "auto"
     greedy = dict(do_sample=False, num_beams=1, max_new_tokens=args.max_new_tokens)
     speculative = dict(custom_generate=speculative_generate, drafter=drafter, num_draft_tokens=num_draft_tokens)
-    on_host = loop_module.settles_on_host
-    outputs = {}
+    on_host, settle = loop_module.settles_on_host, loop_module.settle_on_host
+    settled = []
+
+    def counting_settle(*args, **kwargs):
+        settled.append(1)
+        return settle(*args, **kwargs)
+
+    reference = {}
 
     def run(name: str) -> float:
         loop_module.settles_on_host = on_host if name == "host" else (lambda *args: False)
         extra = {} if name == "greedy" else speculative
+        settled.clear()
         start = time.perf_counter()
         with torch.inference_mode():
-            outputs[name] = [verifier.generate(**source, **greedy, **extra) for source in sources]
-        return time.perf_counter() - start
+            outputs = [verifier.generate(**source, **greedy, **extra) for source in sources]
+        seconds = time.perf_counter() - start
+        if name == "greedy":
+            reference.setdefault("outputs", outputs)
+        else:
+            same = sum(torch.equal(a, b) for a, b in zip(outputs, reference["outputs"], strict=True))
+            if same != len(sources):
+                raise SystemExit(f"{name}: {same}/{len(sources)} outputs equal to greedy's")
+            if (name == "host") != bool(settled):
+                raise SystemExit(f"{name}: {len(settled)} iterations settled on the host")
+        return seconds
 
     measures = {name: (lambda group, n=name: run(n)) for name in ("greedy", "tensors", "host")}
-    interleave(measures, num_groups=1, repeats=1, desc="warm-up", disable_tqdm=True)
-    for name in ("tensors", "host"):
-        same = sum(torch.equal(a, b) for a, b in zip(outputs[name], outputs["greedy"], strict=True))
-        if same != len(sources):
-            raise SystemExit(f"{name}: {same}/{len(sources)} outputs equal to greedy's")
-    totals = interleave(measures, num_groups=1, repeats=args.repeats, desc="runs", disable_tqdm=True)
-    loop_module.settles_on_host = on_host
+    loop_module.settle_on_host = counting_settle
+    try:
+        interleave(measures, num_groups=1, repeats=1, desc="warm-up", disable_tqdm=True)
+        totals = interleave(measures, num_groups=1, repeats=args.repeats, desc="runs", disable_tqdm=True)
+    finally:
+        loop_module.settles_on_host, loop_module.settle_on_host = on_host, settle
     print(f"\n{len(sources)} sentences, k={num_draft_tokens}, {args.threads} threads, every output equal to greedy's")
     print(f"greedy {statistics.median(totals['greedy']):.3f} s a pass (median)")
     for name in ("tensors", "host"):

@@ -72,6 +72,7 @@ def settle_on_host(
     if value_facts is not None:  # computed where the drafter ran
         parts.append(value_facts.to(top1.device))
     values = torch.cat(parts).tolist()
+    passed = counts = None
     chosen, offset = values[: rows * (k + 1)], rows * (k + 1)
     drafted, offset = values[offset : offset + rows * k], offset + rows * k
     if relaxed:

@@ -695,6 +695,8 @@ def release_finished_rows(
         rows.active = [row for row, done in zip(rows.active, finished, strict=True) if not done]
         if not rows.active:
             return 0
+        if going_on is None:
+            raise RuntimeError("internal: rows finished and others go on, but their indices were not given")
         rows.active_index = rows.active_index.index_select(0, going_on)
         rows.active_lengths = rows.active_lengths.index_select(0, going_on)
         cache.batch_select_indices(going_on)

@@ -213,7 +213,7 @@ def _random_iteration(generator: torch.Generator):
     def randint(high, size=(), low=0):
         return torch.randint(low, high, size, generator=generator)
 
-    rows, k, vocab, max_length, pad = int(randint(5, low=1)), int(randint(5)), 6, 12, 0
+    rows, k, vocab, max_length = int(randint(5, low=1)), int(randint(5)), 6, 12
     scores = randint(3, (rows, k + 1, vocab)).float()  # small integers: ties everywhere
     drafts = randint(vocab, (rows, k))
     agree = randint(2, (rows, k)).bool()  # half the drafts are the verifier's choice: runs of accepted drafts
@@ -227,21 +227,31 @@ def _random_iteration(generator: torch.Generator):
     eos = [None, [2], [2, 3]][int(randint(3))]
     beta, tau = (1, 2, 5)[int(randint(3))], (0.0, 0.5, 10.0)[int(randint(3))]
     config = _config(
-        num_draft_tokens=k, beta=beta, tau=tau, max_length=max_length, pad_token_id=pad, vocab_size=vocab,
+        num_draft_tokens=k, beta=beta, tau=tau, max_length=max_length, pad_token_id=PAD, vocab_size=vocab,
         eos_token_ids=None if eos is None else torch.tensor(eos),
     )  # fmt: skip
     return scores, drafts, lengths, verify_counts, value_facts, eos, config
 
 
-def _rows(lengths: torch.LongTensor, width: int, generator: torch.Generator) -> Rows:
-    sequences = torch.zeros(len(lengths), width, dtype=torch.long)
-    for row, length in enumerate(lengths.tolist()):
-        sequences[row, :length] = torch.randint(1, 6, (length,), generator=generator)
+PAD = 1  # not 0: the buffers are filled with it, so that what a path writes past a row's tokens would show
+
+
+def _rows(lengths: torch.LongTensor, width: int, seed: int) -> Rows:
+    """A batch of `len(lengths)` active rows among finished ones (active rows' global indices differ from their
+    local ones), committed tokens before each row's length, pad after."""
+    generator = torch.Generator().manual_seed(seed)
+    batch_size = len(lengths) + int(torch.randint(0, 3, (), generator=generator))
+    active = sorted(torch.randperm(batch_size, generator=generator)[: len(lengths)].tolist())
+    sequences = torch.full((batch_size, width), PAD, dtype=torch.long)
+    all_lengths = [1] * batch_size
+    for row, length in zip(active, lengths.tolist(), strict=True):
+        sequences[row, :length] = torch.randint(2, 6, (length,), generator=generator)
+        all_lengths[row] = length
     return Rows(
         sequences=sequences,
-        lengths=lengths.tolist(),
-        active=list(range(len(lengths))),
-        active_index=torch.arange(len(lengths)),
+        lengths=all_lengths,
+        active=active,
+        active_index=torch.tensor(active),
         active_lengths=lengths.clone(),
         recorded=None,
     )
@@ -249,32 +259,49 @@ def _rows(lengths: torch.LongTensor, width: int, generator: torch.Generator) -> 
 
 def test_settle_on_host_is_the_tensor_paths_rule_on_random_iterations():
     generator = torch.Generator().manual_seed(0)
-    cases = dict(relaxed=0, eos_cut=0, length_cut=0, counts=0)
-    for _ in range(400):
+    cases = dict(relaxed_differs=0, eos_cut=0, eos_rejected=0, length_cut=0, counts_cut=0, length_finish=0, going_on=0)
+    for seed in range(400):
         scores, drafts, lengths, verify_counts, value_facts, eos, config = _random_iteration(generator)
-        state = generator.get_state()  # the same committed tokens in both buffers
-        on_tensors = _rows(lengths, config.max_length + drafts.shape[1] + 1, generator)
-        generator.set_state(state)
-        on_host = _rows(lengths, config.max_length + drafts.shape[1] + 1, generator)
-        host_lengths = lengths.tolist()
-        batch = ActiveBatch(on_tensors.sequences.clone(), lengths, host_lengths, min(host_lengths), max(host_lengths))
+        k, host_lengths, width = drafts.shape[1], lengths.tolist(), config.max_length + drafts.shape[1] + 1
+        on_tensors, on_host = _rows(lengths, width, seed), _rows(lengths, width, seed)
+        committed = on_tensors.sequences.index_select(0, on_tensors.active_index)
+        batch = ActiveBatch(committed, lengths, host_lengths, min(host_lengths), max(host_lengths))
         stream = len(host_lengths) == 1
-        expected, _ = speculative_loop._settle_on_device(
+        expected, finished = speculative_loop._settle_on_device(
             on_tensors, batch, scores, drafts, verify_counts, value_facts, None, None, StoppingCriteriaList(), True,
             None, stream, config,
         )  # fmt: skip
+        eos_ids = None if eos is None else frozenset(eos)
         outcome, new_tokens = settle_on_host(
-            scores, drafts, host_lengths, verify_counts, value_facts, None if eos is None else frozenset(eos),
-            config, stream=stream,
-        )  # fmt: skip
+            scores, drafts, host_lengths, verify_counts, value_facts, eos_ids, config, stream=stream
+        )
         if stream:  # the tensor path reads all k + 1 of row 0's tokens; the loop streams its first num_new
             expected = expected._replace(streamed=expected.streamed[: expected.num_new[0]])
         assert outcome == expected, (scores, drafts, lengths, verify_counts, eos, config)
-        commit_on_host(on_host, host_lengths, new_tokens, outcome.finished)
+        going_on = commit_on_host(on_host, host_lengths, new_tokens, outcome.finished)
         assert torch.equal(on_host.sequences, on_tensors.sequences)
         assert torch.equal(on_host.active_lengths, on_tensors.active_lengths)
-        cases["relaxed"] += config.beta > 1 and sum(outcome.accepted) > 0
-        cases["eos_cut"] += any(n < a + 1 for n, a in zip(outcome.num_new, outcome.accepted, strict=True))
-        cases["length_cut"] += any(v < drafts.shape[1] for v in outcome.verified) and verify_counts is None
-        cases["counts"] += verify_counts is not None
+        if any(outcome.finished):  # the rows that go on, in order: the stable argsort the tensor path releases by
+            kept = torch.argsort(finished.to(torch.uint8), stable=True)[: outcome.finished.count(False)]
+            assert torch.equal(going_on, kept)
+            cases["going_on"] += not all(outcome.finished)
+        else:
+            assert going_on is None
+
+        strict, _ = settle_on_host(scores, drafts, host_lengths, verify_counts, None, eos_ids, _config(
+            num_draft_tokens=k, max_length=config.max_length, pad_token_id=PAD, vocab_size=6
+        ))  # fmt: skip
+        cases["relaxed_differs"] += config.beta > 1 and strict.accepted != outcome.accepted
+        for row, length in enumerate(host_lengths):
+            accepted, appended = outcome.accepted[row], outcome.num_new[row]
+            length_budget = min(k, config.max_length - 1 - length)
+            stopped = eos_ids is not None and not eos_ids.isdisjoint(new_tokens[row])
+            cases["eos_cut"] += appended < accepted + 1  # an EOS among the accepted drafts ended the row
+            # an EOS among the drafts not appended: no cut
+            cases["eos_rejected"] += (
+                not stopped and eos_ids is not None and not eos_ids.isdisjoint(drafts[row, accepted:].tolist())
+            )
+            cases["length_cut"] += verify_counts is None and length_budget < k
+            cases["counts_cut"] += verify_counts is not None and int(verify_counts[row]) < length_budget
+            cases["length_finish"] += not stopped and length + appended >= config.max_length
     assert all(count >= 10 for count in cases.values()), cases  # every case met, many times
