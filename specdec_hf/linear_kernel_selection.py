@@ -40,6 +40,7 @@ import torch
 from torch import nn
 from transformers import DynamicCache, EncoderDecoderCache
 
+from .models import SpecDrafterModel
 from .prepacked_linear import (
     FP16_WEIGHTS,
     ONEDNN,
@@ -361,16 +362,17 @@ def _time_both_kernels(layer: PrepackedLinear, rows: int, rounds: int = 7, calls
 
 def _step_layers(model: nn.Module) -> list[nn.Linear]:
     """The linear layers of `model`'s decoding steps, in module order: its decoder's and its output embeddings' where
-    it has a decoder (`get_decoder()`), else every linear layer. Not exactly what a step runs: the encoder of an
-    encoder-decoder model (once per `generate()` call) is left out, the decoder's cross-attention key and value
-    projections (once per call too, cached) are in, and so is nothing outside the decoder that a step may run (a
-    drafter's projection of the verifier's states keeps its per-layer choice, unless a step layer shares its
-    signature)."""
+    it has a decoder (`get_decoder()`), else every linear layer; for a [`SpecDrafterModel`], also its projection of
+    the verifier's states (`feature_proj`), which every drafter call runs on the new prefix rows. Not exactly what a
+    step runs: the encoder of an encoder-decoder model (once per `generate()` call) is left out, and the decoder's
+    cross-attention key and value projections (once per call too, cached) are in."""
     get_decoder = getattr(model, "get_decoder", None)
     decoder = get_decoder() if callable(get_decoder) else None
     if not isinstance(decoder, nn.Module) or decoder is model:
         return [module for module in model.modules() if isinstance(module, nn.Linear)]
     parts = [decoder]
+    if isinstance(model, SpecDrafterModel) and model.feature_proj is not None:
+        parts.insert(0, model.feature_proj)  # it runs before the decoder
     output_embeddings = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if isinstance(output_embeddings, nn.Module):
         parts.append(output_embeddings)

@@ -509,6 +509,23 @@ def test_step_layers_are_the_decoders_and_the_heads_in_module_order(family):
     assert linear_kernel_selection._step_layers(model) == _linears(model)
 
 
+def test_a_drafters_step_layers_include_its_projection_of_the_verifier_states():
+    """Every drafter call projects the new prefix rows' verifier states: that layer is judged with the step's."""
+    verifier = build_verifier("bart")
+    drafter = SpecDrafterModel.from_verifier(
+        verifier, max_draft_tokens=3, decoder_layers=1, prefix_attention="causal", verifier_state_layers=[1, 2]
+    )
+    layers = linear_kernel_selection._step_layers(drafter)
+    decoder_layers = [m for m in drafter.get_decoder().modules() if isinstance(m, nn.Linear)]
+    assert layers[0] is drafter.feature_proj
+    assert layers[1 : 1 + len(decoder_layers)] == decoder_layers
+    assert layers[-1] is drafter.get_output_embeddings()
+    plain = SpecDrafterModel.from_verifier(verifier, max_draft_tokens=3, decoder_layers=1)
+    assert plain.feature_proj is None  # no projection: the decoder's layers and the head
+    plain_decoder = [m for m in plain.get_decoder().modules() if isinstance(m, nn.Linear)]
+    assert linear_kernel_selection._step_layers(plain) == plain_decoder + [plain.get_output_embeddings()]
+
+
 def test_an_encoder_decoder_model_is_judged_by_its_own_decoder_steps(family, counted_fp16_calls, monkeypatch):
     """Without a `measure_sweeps` or a partner, a transformers encoder-decoder model's assignments are timed on its
     own decoder forwards over a cache (one positive median per assignment), a drafter given `runs_after` on sweeps
