@@ -2,8 +2,7 @@
 
 On the CPU the loop settles a greedy iteration's acceptance, stop and commit in Python from one read
 (`specdec_hf.generation.host_outcome`); an accelerator runs the tensor path (`_settle_on_device`). This script runs
-greedy `generate()` and β=1 with each of the two paths (the tensor path forced by replacing
-`speculative_loop.settles_on_host` in this process) on the same sentences, in a rotating order per repeat, checks
+greedy `generate()` and β=1 with each of the two paths (the tensor path forced with `settling_on_tensors`) on the same sentences, in a rotating order per repeat, checks
 every pass's outputs against greedy's and that the host leg settled on the host. The speed-ups are the medians of the
 per-repeat ratios (min–max).
 
@@ -14,6 +13,7 @@ per-repeat ratios (min–max).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
 
@@ -24,6 +24,7 @@ import specdec_hf.generation.speculative_loop as loop_module
 from benchmarks._common import add_demo_pair_arguments, load_demo_pair, print_header, read_sources
 from specdec_hf import speculative_generate
 from specdec_hf.evaluation.interleaved import interleave, paired_speedups
+from specdec_hf.generation.host_outcome import settling_on_tensors
 
 
 def main() -> None:
@@ -40,7 +41,7 @@ def main() -> None:
     num_draft_tokens = args.num_draft_tokens or "auto"
     greedy = dict(do_sample=False, num_beams=1, max_new_tokens=args.max_new_tokens)
     speculative = dict(custom_generate=speculative_generate, drafter=drafter, num_draft_tokens=num_draft_tokens)
-    on_host, settle = loop_module.settles_on_host, loop_module.settle_on_host
+    settle = loop_module.settle_on_host
     settled = []
 
     def counting_settle(*args, **kwargs):
@@ -50,11 +51,11 @@ def main() -> None:
     reference = {}
 
     def run(name: str) -> float:
-        loop_module.settles_on_host = on_host if name == "host" else (lambda *args: False)
         extra = {} if name == "greedy" else speculative
         settled.clear()
+        path = settling_on_tensors() if name == "tensors" else contextlib.nullcontext()
         start = time.perf_counter()
-        with torch.inference_mode():
+        with path, torch.inference_mode():
             outputs = [verifier.generate(**source, **greedy, **extra) for source in sources]
         seconds = time.perf_counter() - start
         if name == "greedy":
@@ -68,12 +69,12 @@ def main() -> None:
         return seconds
 
     measures = {name: (lambda group, n=name: run(n)) for name in ("greedy", "tensors", "host")}
-    loop_module.settle_on_host = counting_settle
+    loop_module.settle_on_host = counting_settle  # counts the host leg's iterations
     try:
         interleave(measures, num_groups=1, repeats=1, desc="warm-up", disable_tqdm=True)
         totals = interleave(measures, num_groups=1, repeats=args.repeats, desc="runs", disable_tqdm=True)
     finally:
-        loop_module.settles_on_host, loop_module.settle_on_host = on_host, settle
+        loop_module.settle_on_host = settle
     print(f"\n{len(sources)} sentences, k={num_draft_tokens}, {args.threads} threads, every output equal to greedy's")
     print(f"greedy {statistics.median(totals['greedy']):.3f} s a pass (median)")
     for name in ("tensors", "host"):

@@ -233,3 +233,20 @@ def counted_fp16_calls(monkeypatch):
 
     monkeypatch.setattr(prepacked_linear, "_fp16_operators", operators._replace(linear=counting))
     return calls
+
+
+@pytest.fixture
+def host_settlements(monkeypatch):
+    """The iterations the loop settled on the host (`host_outcome.settle_on_host`, wrapped, its results kept), one
+    entry each: a test checks with it which path ran."""
+    from specdec_hf.generation import speculative_loop
+
+    settle = speculative_loop.settle_on_host
+    settled = []
+
+    def counting(*args, **kwargs):
+        settled.append(1)
+        return settle(*args, **kwargs)
+
+    monkeypatch.setattr(speculative_loop, "settle_on_host", counting)
+    return settled

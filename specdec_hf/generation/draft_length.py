@@ -244,9 +244,10 @@ class ForwardCalibration:
         """Whether some k ≥ `width` may beat a plain step by `width`'s least forward.
 
         An iteration of such a k costs at least that forward plus the loop's own work of a plain iteration
-        (`plain_seconds` less the plain forward; `None`: the plain forward, no work around it), and brings at most `tokens_bound` tokens (the most an iteration is
-        expected to bring, [`AcceptanceEstimate.tokens_upper_bound`]): it can beat `tokens_bound` plain iterations
-        only where the forward is below `(tokens_bound - 1) * plain_seconds` plus the plain forward."""
+        (`plain_seconds` less the plain forward; `None`: the plain forward, no work around it), and brings at most
+        `tokens_bound` tokens (the most an iteration is expected to bring, [`AcceptanceEstimate.tokens_upper_bound`]):
+        it can beat `tokens_bound` plain iterations only where the forward is below `(tokens_bound - 1) *
+        plain_seconds` plus the plain forward."""
         if tokens_bound == math.inf:  # no bound: every width may
             return True
         plain_seconds = self.least[0] if plain_seconds is None else plain_seconds

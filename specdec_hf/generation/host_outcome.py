@@ -16,19 +16,39 @@ them on random inputs). Sampling, stopping criteria beyond EOS and length, and a
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from contextvars import ContextVar
+
 import torch
 
 from ..acceptance import accept_drafts
 from .loop_state import Outcome, Rows, SpeculativeLoopConfig
 
-__all__ = ["commit_on_host", "settle_on_host", "settles_on_host"]
+__all__ = ["commit_on_host", "settle_on_host", "settles_on_host", "settling_on_tensors"]
+
+# set by `settling_on_tensors`: the accelerator's path on every device
+_ON_TENSORS: ContextVar[bool] = ContextVar("specdec_hf_settling_on_tensors", default=False)
+
+
+@contextlib.contextmanager
+def settling_on_tensors() -> Iterator[None]:
+    """Within the block, every iteration settles on tensors, as on an accelerator: to test or time that path on a
+    CPU (the host-synchronisation counts, the two paths against each other)."""
+    token = _ON_TENSORS.set(True)
+    try:
+        yield
+    finally:
+        _ON_TENSORS.reset(token)
 
 
 def settles_on_host(config: SpeculativeLoopConfig, simple_stopping: bool, device: torch.device) -> bool:
     """Whether the loop settles its iterations with [`settle_on_host`]: on the CPU (where a read of a tensor waits
     for nothing), with greedy acceptance, only EOS and length stopping (`simple_stopping`), and rows leaving the
-    batch as they finish. An accelerator keeps the tensor path, whose iteration reads the device once (its cost there
-    against this path's read and write is not measured)."""
+    batch as they finish, unless `settling_on_tensors` is in force. An accelerator keeps the tensor path, whose
+    iteration reads the device once (its cost there against this path's read and write is not measured)."""
+    if _ON_TENSORS.get():
+        return False
     return device.type == "cpu" and not config.do_sample and simple_stopping and not config.aligned_rows
 
 

@@ -16,9 +16,8 @@ from conftest import VOCAB_SIZE, build_verifier, make_source_batch
 from oracle_drafters import OracleDrafter, RandomDrafter
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria, StoppingCriteriaList
 
-import specdec_hf.generation.speculative_loop as speculative_loop
 from specdec_hf import enable_speculative_decoding, speculative_generate
-from specdec_hf.generation.host_outcome import settle_on_host
+from specdec_hf.generation.host_outcome import settling_on_tensors
 
 GREEDY = dict(do_sample=False, num_beams=1)
 
@@ -28,24 +27,18 @@ TENSORS_ONLY = {"test_scores_match_greedy_for_every_row_of_a_ragged_batch"}
 
 
 @pytest.fixture(autouse=True, params=["host", "tensors"])
-def settling(request, monkeypatch):
-    """Every test with iterations settled on the host (the CPU's default, checked to be taken) and on tensors (forced
-    here, as an accelerator runs them)."""
+def settling(request, host_settlements):
+    """Every test with iterations settled on the host (the CPU's default, checked to be taken) and on tensors (as an
+    accelerator runs them)."""
     if request.param == "host" and request.node.originalname in TENSORS_ONLY:
         pytest.skip("aligned rows settle on tensors on every device")
     if request.param == "tensors":
-        monkeypatch.setattr(speculative_loop, "settles_on_host", lambda *args: False)
-        yield request.param
+        with settling_on_tensors():
+            yield request.param
+        assert not host_settlements
         return
-    settled = []
-
-    def counting(*args, **kwargs):
-        settled.append(1)
-        return settle_on_host(*args, **kwargs)
-
-    monkeypatch.setattr(speculative_loop, "settle_on_host", counting)
     yield request.param
-    assert settled, "no iteration settled on the host"
+    assert host_settlements, "no iteration settled on the host"
 
 
 def _eos_that_splits_rows(model, inputs, max_new_tokens):

@@ -11,28 +11,21 @@ from transformers.generation.stopping_criteria import StoppingCriteriaList
 
 import specdec_hf.generation.speculative_loop as speculative_loop
 from specdec_hf import SourceCopyDrafter, SpecDrafterModel
-from specdec_hf.generation.host_outcome import commit_on_host, settle_on_host, settles_on_host
+from specdec_hf.generation.host_outcome import commit_on_host, settle_on_host, settles_on_host, settling_on_tensors
 from specdec_hf.generation.loop_state import ActiveBatch, Rows, SpeculativeLoopConfig
 
 EOS = 7  # an EOS id for the tiny verifiers (they rarely emit their real one)
 
 
-def _on_both_paths(monkeypatch, run):
-    """`run()` with iterations settled on the host (checked to be taken), then on tensors."""
-    settled = []
-
-    def counting(*args, **kwargs):
-        settled.append(1)
-        return settle_on_host(*args, **kwargs)
-
-    with monkeypatch.context() as patch:
-        patch.setattr(speculative_loop, "settle_on_host", counting)
-        host = run()
+def _on_both_paths(settled: list, run):
+    """`run()` with iterations settled on the host, then on tensors, each checked to be taken (`settled`: the
+    `host_settlements` fixture)."""
+    host = run()
     assert settled, "the host path was not taken"
-    with monkeypatch.context() as patch:
-        patch.setattr(speculative_loop, "settles_on_host", lambda *args: False)
-        patch.setattr(speculative_loop, "settle_on_host", None)  # a call would fail
+    settled.clear()
+    with settling_on_tensors():
         tensor = run()
+    assert not settled, "the tensor path was not taken"
     return host, tensor
 
 
@@ -43,7 +36,7 @@ def _assert_same(host, tensor):
 
 @pytest.mark.parametrize("batch_size", [1, 4])
 @pytest.mark.parametrize("family", FAMILIES)
-def test_beta_one_equals_greedy_on_both_paths(family, batch_size, monkeypatch):
+def test_beta_one_equals_greedy_on_both_paths(family, batch_size, host_settlements):
     """Sequences and statistics (rows finishing at EOS mid-draft on both paths: test_greedy_equivalence's
     `test_rows_stopping_at_different_lengths`, which runs on both)."""
     verifier = build_verifier(family, eos_token_id=EOS)
@@ -51,7 +44,8 @@ def test_beta_one_equals_greedy_on_both_paths(family, batch_size, monkeypatch):
     reference = verifier.generate(**source, do_sample=False, num_beams=1, max_new_tokens=40)
     drafter = OracleDrafter(reference, VOCAB_SIZE, accuracy="half")
     host, tensor = _on_both_paths(
-        monkeypatch, lambda: generate_with_drafter(verifier, source, drafter, max_new_tokens=40, num_draft_tokens=4)
+        host_settlements,
+        lambda: generate_with_drafter(verifier, source, drafter, max_new_tokens=40, num_draft_tokens=4),
     )
     assert torch.equal(host.sequences, reference)
     _assert_same(host, tensor)
@@ -60,7 +54,7 @@ def test_beta_one_equals_greedy_on_both_paths(family, batch_size, monkeypatch):
 
 
 @pytest.mark.parametrize("batch_size", [1, 4])
-def test_relaxed_rule_is_the_tensor_paths(batch_size, monkeypatch):
+def test_relaxed_rule_is_the_tensor_paths(batch_size, host_settlements):
     verifier = build_verifier("bart", eos_token_id=EOS)
     source = make_source_batch(batch_size, seed=3)
     torch.manual_seed(0)
@@ -73,7 +67,7 @@ def test_relaxed_rule_is_the_tensor_paths(batch_size, monkeypatch):
         verifier_state_layers=[1],
     )
     host, tensor = _on_both_paths(
-        monkeypatch,
+        host_settlements,
         lambda: generate_with_drafter(
             verifier, source, drafter, max_new_tokens=24, num_draft_tokens=4, beta=4, tau=3.0
         ),
@@ -84,7 +78,7 @@ def test_relaxed_rule_is_the_tensor_paths(batch_size, monkeypatch):
     assert sum(host.speculative_stats.accepted_tokens) > sum(strict.speculative_stats.accepted_tokens)
 
 
-def test_per_row_draft_counts_and_the_length_limit(monkeypatch):
+def test_per_row_draft_counts_and_the_length_limit(host_settlements):
     """A drafter that drafts per row (the source copy's `num_drafts`), a confidence cut, and budgets bound by
     `max_length` (k = 4 against 6 new tokens)."""
     verifier = build_verifier("bart", eos_token_id=EOS)
@@ -94,7 +88,8 @@ def test_per_row_draft_counts_and_the_length_limit(monkeypatch):
     reference = verifier.generate(**copy_source, do_sample=False, num_beams=1, max_new_tokens=6)
     copy = SourceCopyDrafter.from_verifier(verifier, num_draft_tokens=4)
     host, tensor = _on_both_paths(
-        monkeypatch, lambda: generate_with_drafter(verifier, copy_source, copy, max_new_tokens=6, num_draft_tokens=4)
+        host_settlements,
+        lambda: generate_with_drafter(verifier, copy_source, copy, max_new_tokens=6, num_draft_tokens=4),
     )
     assert torch.equal(host.sequences, reference)
     _assert_same(host, tensor)
@@ -102,7 +97,7 @@ def test_per_row_draft_counts_and_the_length_limit(monkeypatch):
     reference = verifier.generate(**source, do_sample=False, num_beams=1, max_new_tokens=20)
     confident = ConfidentOracleDrafter(reference, VOCAB_SIZE)
     host, tensor = _on_both_paths(
-        monkeypatch,
+        host_settlements,
         lambda: generate_with_drafter(
             verifier, source, confident, max_new_tokens=20, num_draft_tokens=4, draft_confidence_threshold=0.4
         ),
@@ -204,6 +199,9 @@ def test_settles_on_host_only_where_it_was_measured():
     assert not settles_on_host(_config(do_sample=True), True, cpu)
     assert not settles_on_host(_config(aligned_rows=True), True, cpu)
     assert not settles_on_host(_config(), True, torch.device("meta"))
+    with settling_on_tensors():  # the accelerator's path, on the CPU too
+        assert not settles_on_host(_config(), True, cpu)
+    assert settles_on_host(_config(), True, cpu)
 
 
 def _random_iteration(generator: torch.Generator):

@@ -25,15 +25,17 @@ import specdec_hf.generation.spec_drafter_adapter
 import specdec_hf.generation.speculative_loop
 from specdec_hf import SourceCopyDrafter, SpecDrafterModel, speculative_generate
 from specdec_hf.evaluation.host_syncs import HostSyncCounter
+from specdec_hf.generation.host_outcome import settling_on_tensors
 
 GREEDY_BUDGET = 2
 EOS = 7  # a frequent token of the tiny verifier: rows finish at different iterations
 
 
 @pytest.fixture(autouse=True)
-def tensor_path(monkeypatch):
+def tensor_path():
     """The iterations settled on tensors, as on an accelerator, although these tests run on the CPU."""
-    monkeypatch.setattr(specdec_hf.generation.speculative_loop, "settles_on_host", lambda *args: False)
+    with settling_on_tensors():
+        yield
 
 
 @pytest.fixture(scope="module")
