@@ -34,10 +34,12 @@ finish (unless rows are kept aligned), where transformers' loop feeds them all. 
 calls' own timings (`specdec_hf.generation.call_choice`), and before three of each kind were timed by the cost table:
 plain when even the best k is expected to give fewer tokens per second than a plain decoding step (until plain calls
 were timed: for one row the verifier's forward alone, with none of the loop's costs around it; above one row plain,
-until a plain call of that width was timed under any rule). Since the measurements are the machine's, the sequence of k
-is not reproducible from run to run: a seeded sampling run draws other numbers, and the relaxed rule (β > 1), whose
-output depends on k, can write another output. The measurements are per process and not guarded by a lock: calls of
-`generate()` in parallel threads share them and time each other's load.
+until a plain call of that width was timed under any rule). Above one row, calls are plain until the width's table is
+calibrated, which the drafting calls run among them as probes do: a first call at a wide batch would otherwise time
+forwards that each cost several plain steps on a CPU, while a plain call is never slower than greedy decoding. Since the
+measurements are the machine's, the sequence of k is not reproducible from run to run: a seeded sampling run draws other
+numbers, and the relaxed rule (β > 1), whose output depends on k, can write another output. The measurements are per
+process and not guarded by a lock: calls of `generate()` in parallel threads share them and time each other's load.
 """
 
 from __future__ import annotations
@@ -571,6 +573,8 @@ class DraftLengthSchedule:
         self._timed_width = max_draft_tokens
         # the key of the table this call started while it was calibrated (`observe_drafting_call`)
         self._calibrating_key: tuple | None = None
+        # whether a drafting call's time goes into its width's call choices (not a probe that calibrates the table)
+        self._times_call = True
 
     def _table_key(self, rows: int) -> tuple:
         return (_rows_bucket(rows), self._device_name, self.max_draft_tokens)
@@ -578,17 +582,21 @@ class DraftLengthSchedule:
     def drafts_this_call(self, rows: int, largest_k: int | None = None) -> bool:
         """Whether a call of `rows` rows drafts at all, or decodes plainly (the loop with no drafter).
 
-        Until the cost table of this batch width is calibrated up to the largest k the call can time, the loop runs and
-        calibrates it. Then the calls of this width decide ([`CallChoices.next_call`]), and before three of each kind
-        were timed the table does: drafting when some k ≥ 1 is expected to beat a plain step (as plain calls measured
-        it, [`observe_plain_call`]; before any, for one row the verifier's forward alone, above one row those timed
-        under other rules, else plain: [`_table_expects_drafting`]). A call too short to time any k ≥ 1 whose table has
-        none decodes plainly, unrecorded: drafting could time no k ≥ 1. After `_MAX_IDLE_CALLS` calls in a row that
-        timed none of the table's forwards (rows that finish at their first iteration go on in a narrower width), the
-        calls of this width are chosen by their own timings alone. A table whose calibration stopped at its cap (no k
-        above it expected to pay) is calibrated on above it first where the cap's width may pay by this rule's bound on
-        the tokens of an iteration ([`IterationCostTable.reopen_calibration`]; `next_k` does the same for the table of
-        a narrower width that rows finish into).
+        Until the cost table of this batch width is calibrated up to the largest k the call can time, a call of one row
+        runs the loop, which calibrates it; above one row, calls decode plainly ([`CallChoices.next_call`] with plain
+        expected), and the drafting calls it runs as probes (after 2 plain calls, the interval doubling after a probe
+        slower per step than the plain calls) calibrate the table, their time not taken as what a drafting call costs
+        (their widest forwards cost several plain steps on a CPU at wide batches, where a plain call, which feeds only
+        the rows still decoding, is never slower than greedy). Then the calls of this width decide, and before three of
+        each kind were timed the table does: drafting when some k ≥ 1 is expected to beat a plain step (as plain calls
+        measured it, [`observe_plain_call`]; before any, for one row the verifier's forward alone, above one row those
+        timed under other rules, else plain: [`_table_expects_drafting`]). A call too short to time any k ≥ 1 whose
+        table has none decodes plainly, unrecorded: drafting could time no k ≥ 1. After `_MAX_IDLE_CALLS` calls in a row
+        that timed none of the table's forwards (rows that finish at their first iteration go on in a narrower width),
+        the calls of this width are chosen by their own timings alone. A table whose calibration stopped at its cap (no
+        k above it expected to pay) is calibrated on above it first where the cap's width may pay by this rule's bound
+        on the tokens of an iteration ([`IterationCostTable.reopen_calibration`]; `next_k` does the same for the table
+        of a narrower width that rows finish into).
 
         Args:
             rows (`int`): The call's rows.
@@ -607,16 +615,22 @@ class DraftLengthSchedule:
         width = self._timed_width if table is None else min(self._timed_width, table.largest_k)
         if table is None or not table.covers(width):
             self._calibrating_key = key
-            if table is None or table.calibration.idle_calls < _MAX_IDLE_CALLS:  # the loop calibrates it
+            idle = table is not None and table.calibration.idle_calls >= _MAX_IDLE_CALLS
+            if key[0] == 1 and not idle:  # the loop calibrates it
                 return True
-            # its calls time none of its forwards: chosen by their own timings, drafting until plain ones are timed
-            drafting_by_table = _expects_drafting
+            # above one row, plain calls until drafting ones calibrated the table (they are its probes, not timed as
+            # drafting calls: their widest forwards cost several plain steps on a CPU); a width whose drafting calls
+            # time none of its forwards is chosen by the calls' own timings, for one row drafting until plain ones
+            # are timed
+            drafting_by_table = _expects_plain if key[0] > 1 else _expects_drafting
+            self._times_call, calibrating_by_probes = idle, not idle
         else:
             drafting_by_table = functools.partial(self._table_expects_drafting, table, width, key)
+            calibrating_by_probes = False
         self._table = table
         choices = self._call_choices.setdefault(key, CallChoices())
         self._call_choices_now = choices
-        self._call = choices.next_call(drafting_by_table)
+        self._call = choices.next_call(drafting_by_table, calibrating=calibrating_by_probes)
         return self._call.drafts
 
     def _reopen_if_paying(self, table: IterationCostTable) -> None:
@@ -676,7 +690,11 @@ class DraftLengthSchedule:
         not the best), and at a width where drafting pays most."""
         synchronize(self.device)
         if steps > 0 and self._call_choices_now is not None:
-            self._call_choices_now.record(self._call, True, (_clock() - self._call_started) / steps)
+            step = (_clock() - self._call_started) / steps
+            if self._times_call:
+                self._call_choices_now.record(self._call, True, step)
+            else:  # a probe that calibrated the table
+                self._call_choices_now.record_calibrating_probe(step)
         table = None if self._calibrating_key is None else self._tables.get(self._calibrating_key)
         if table is not None and table.calibration is not None:  # still calibrated: did anything time it?
             table.calibration.count_call()
@@ -793,6 +811,11 @@ class DraftLengthSchedule:
         first (this one projected the source)."""
         self._previous = None
         self._first_iteration = False
+
+
+def _expects_plain(plain_call_steps: Sequence[float]) -> bool:
+    """A width above one row before its table is calibrated: plain calls, drafting ones only as probes."""
+    return False
 
 
 def _expects_drafting(plain_call_steps: Sequence[float]) -> bool:

@@ -46,14 +46,19 @@ def _generate_auto(model, inputs, drafter, **kwargs):
 
 def _calibrate(model, inputs, drafter, **kwargs) -> None:
     """Call `generate()` with `"auto"` until the cost table of the batch's width is calibrated (in the loop's own
-    iterations: over one call or several, by how many iterations a call runs)."""
-    rows = inputs["input_ids"].shape[0]
+    iterations: over one call or several, by how many iterations a call runs; above one row, in the drafting calls
+    run as probes among plain ones)."""
     for _ in range(30):
         _generate_auto(model, inputs, drafter, **kwargs)
-        tables = draft_length._COST_TABLES[drafter][model]
-        if any(key[0] == draft_length._rows_bucket(rows) and not table.calibration for key, table in tables.items()):
+        if _calibrated(model, drafter, inputs["input_ids"].shape[0]):
             return
     raise AssertionError("the table of the batch's width was not calibrated in 30 calls")
+
+
+def _calibrated(model, drafter, rows: int) -> bool:
+    """Whether the cost table of a batch width of `rows` rows is calibrated."""
+    tables = draft_length._COST_TABLES.get(drafter, {}).get(model, {})
+    return any(key[0] == draft_length._rows_bucket(rows) and not table.calibration for key, table in tables.items())
 
 
 def _with_rows_ending_apart(model, inputs, max_new_tokens: int) -> torch.LongTensor:
@@ -437,11 +442,18 @@ def test_a_table_grows_its_forwards_from_width_zero_up_as_they_complete():
 
 def test_a_table_is_calibrated_in_the_loops_own_iterations(clock):
     """A batch width without a cost table takes every k in turn, its forwards timed where the loop runs them (not
-    the call's first iteration), with no forward of its own; calls starting while it is calibrated are not whole-call
-    choices; a width rows finish into is calibrated the same way; once complete, k is chosen from the table."""
+    the call's first iteration), with no forward of its own; above one row, calls decode plainly until then, and the
+    drafting calls they run as probes calibrate it, their time not taken as a drafting call's; a width rows finish into
+    is calibrated the same way; once complete, k is chosen from the table."""
     verifier, drafter = WeakKey(), WeakKey()
     schedule = DraftLengthSchedule(verifier, drafter, 2, (1, 0.0, False), torch.device("cpu"))
     schedule.acceptance.update(2, [2] * 500)  # drafts sure: drafting pays
+
+    def plain_call(rows: int) -> None:
+        call = DraftLengthSchedule(verifier, drafter, 2, (1, 0.0, False), torch.device("cpu"))
+        assert not call.drafts_this_call(rows)  # no table, or one being calibrated: plain above one row
+        call.start_plain_call()
+        call.observe_plain_call(10)
 
     def iteration(rows: int, limit: int = 2) -> int:
         k = schedule.next_k(rows, limit)
@@ -451,7 +463,9 @@ def test_a_table_is_calibrated_in_the_loops_own_iterations(clock):
         schedule.observe([k] * rows)
         return k
 
-    assert schedule.drafts_this_call(4)  # no table yet: the loop calibrates it
+    plain_call(4)
+    plain_call(4)
+    assert schedule.drafts_this_call(4)  # a drafting call after two plain ones: the loop calibrates the table
     schedule.start_drafting_call()
     ks = [iteration(4) for _ in range(10)]
     table = schedule._tables[(4, "cpu", 2)]
@@ -461,16 +475,16 @@ def test_a_table_is_calibrated_in_the_loops_own_iterations(clock):
     assert schedule.next_k(4, 2) == 2  # chosen from the table now: sure drafts
     schedule.observe([2] * 4)
     schedule.observe_drafting_call(10)
-    assert (4, "cpu", 2) not in schedule._call_choices  # started while calibrating: no choice made
+    choices = schedule._call_choices[(4, "cpu", 2)]
+    assert len(choices.plain_call_steps) == 2 and not choices.drafting_call_steps  # the probe calibrated: not timed
     # rows finished into a width without a table: it is calibrated as decoding goes on
     assert iteration(2) == 0 and not schedule._tables[(2, "cpu", 2)].covers(0)
     assert iteration(2, limit=1) == 1  # the next round goes as high as the length limit allows
     assert schedule._tables[(2, "cpu", 2)].calibration.seen == [1, 1, 0]
+    plain_call(2)  # still being calibrated: plain
     later = DraftLengthSchedule(verifier, drafter, 2, (1, 0.0, False), torch.device("cpu"))
-    assert later.drafts_this_call(2)  # still being calibrated: drafting, as no choice is made
-    assert later._call_choices_now is None
     later.drafts_this_call(4)
-    assert later._call_choices_now is not None  # a table: the calls choose
+    assert later._call is not None and later._table is table  # a table: the calls choose, by it
 
 
 def test_the_iteration_after_an_unscheduled_first_one_is_timed(clock):
@@ -548,9 +562,10 @@ def test_the_largest_timed_k_is_the_second_iterations_limit():
 
 
 def test_a_width_whose_calls_never_time_its_table_is_chosen_by_the_calls_alone(clock):
-    """Rows that finish at a call's first iteration go on in a narrower width: calls of their starting width that
-    time none of its forwards, `_MAX_IDLE_CALLS` in a row, hand the choice to the calls' own timings (drafting until
-    plain calls are timed); a call that times one starts the count again."""
+    """Rows that finish at a call's first iteration go on in a narrower width. Above one row, calls decode plainly
+    while their width's table is calibrated, and the drafting calls run among them as probes calibrate it, untimed as
+    drafting calls; probes that time none of its forwards, `_MAX_IDLE_CALLS` in a row, hand the choice to the calls'
+    own timings (a probe's time then recorded as a drafting call's); a probe that times one starts the count again."""
     verifier, drafter = WeakKey(), WeakKey()
     table = IterationCostTable.uncalibrated(2)
     table.observe_forward(0, 1.0)
@@ -558,27 +573,41 @@ def test_a_width_whose_calls_never_time_its_table_is_chosen_by_the_calls_alone(c
     def call(times_a_forward: bool) -> DraftLengthSchedule:
         schedule = DraftLengthSchedule(verifier, drafter, 2, (1, 0.0, False), torch.device("cpu"))
         schedule._tables[(4, "cpu", 2)] = table
-        drafts = schedule.drafts_this_call(4)
-        if drafts:
+        if schedule.drafts_this_call(4):
             schedule.start_drafting_call()
             if times_a_forward:
                 table.observe_forward(1, 1.0)
             schedule.observe_drafting_call(3)
+        else:
+            schedule.start_plain_call()
+            schedule.observe_plain_call(3)
         return schedule
 
+    def calls_until_a_probe(times_a_forward: bool) -> str:
+        kinds = ""
+        while not kinds.endswith("D"):
+            kinds += "D" if call(times_a_forward)._call.drafts else "."
+        return kinds
+
+    assert calls_until_a_probe(False) == "..D"  # plain calls first, a drafting one after two
+    choices = draft_length._ACCEPTANCE[drafter][verifier][(1, 0.0, False)][1][(4, "cpu", 2)]
     for _ in range(draft_length._MAX_IDLE_CALLS - 1):
-        assert call(False)._call_choices_now is None  # calibrating: no choice
-    assert call(True)._call_choices_now is None and table.calibration.idle_calls == 0  # progress: counted anew
+        calls_until_a_probe(False)
+    assert table.calibration.idle_calls == draft_length._MAX_IDLE_CALLS - 1
+    calls_until_a_probe(True)
+    assert table.calibration.idle_calls == 0  # progress: counted anew
     for _ in range(draft_length._MAX_IDLE_CALLS):
-        assert call(False)._call_choices_now is None
-    chosen = call(False)
-    assert chosen._call_choices_now is not None and chosen._call.drafts  # the calls decide, drafting first
+        calls_until_a_probe(False)
+    assert not choices.drafting_call_steps and len(choices.plain_call_steps) > 0  # probes untimed, plain calls timed
+    calls_until_a_probe(False)
+    assert len(choices.drafting_call_steps) == 1  # the calls decide now: a probe's time is a drafting call's
     assert table.calibration.seen == [1, 1, 0]  # the table left as its calls timed it, not taken as calibrated
 
 
 def test_calls_whose_rows_finish_at_their_first_iteration_are_chosen_by_their_timings(clock):
     """Three of four rows end at their first token: every call goes on at batch width 1 after its first iteration,
-    which is untimed, so the width-4 table is never timed; from the fourth call on, its calls are chosen and timed."""
+    which is untimed, so the width-4 table is never timed: its calls decode plainly, each timed, and the drafting
+    calls among them (probes, which would calibrate it) count as idle, untimed until `_MAX_IDLE_CALLS` of them were."""
     model = build_verifier("bart")
     inputs = make_source_batch(4, seed=0, pad_token_id=model.config.pad_token_id)
     firsts = model.generate(**inputs, **GREEDY, max_new_tokens=12)[:, 1].tolist()
@@ -592,7 +621,8 @@ def test_calls_whose_rows_finish_at_their_first_iteration_are_chosen_by_their_ti
     assert table.calibration is not None and not any(table.calibration.seen)  # never timed
     _, call_choices = draft_length._ACCEPTANCE[drafter][model][("greedy", 1, 0.0)]
     choices = call_choices[(4, "cpu", 4)]
-    assert len(choices.plain_call_steps) + len(choices.drafting_call_steps) == 8 - draft_length._MAX_IDLE_CALLS
+    assert len(choices.plain_call_steps) == 6 and not choices.drafting_call_steps  # `..D....D`: two probes
+    assert table.calibration.idle_calls == 2
 
 
 def test_calls_of_a_short_length_budget_calibrate_what_they_reach_and_are_then_chosen(clock):
@@ -687,16 +717,30 @@ def test_a_useless_drafter_is_probed_less_and_less_often():
 @pytest.mark.parametrize("accuracy", ["right", "wrong", "half"])
 def test_auto_draft_length_equals_greedy(family, batch_size, accuracy, clock):
     model = build_verifier(family)
+    # a forward costs ten units, a plain call's too (the step clock alone charges a unit per reading, and a drafting
+    # iteration reads it a few times where a whole plain call reads it twice)
+    model.register_forward_hook(lambda *args: clock.spend(10.0))
     inputs = make_source_batch(batch_size, seed=3, pad_token_id=model.config.pad_token_id)
     reference = model.generate(**inputs, **GREEDY, max_new_tokens=20)
     drafter = OracleDrafter(reference, VOCAB_SIZE, 6, accuracy)
-    for _ in range(2):  # the second call starts from the first one's measurements
+
+    def call():
         output = _generate_auto(model, inputs, drafter, max_new_tokens=20)
         assert torch.equal(output.sequences, reference)
-    stats = output.speculative_stats
-    assert sum(stats.generated_tokens) == (reference.shape[1] - 1) * batch_size
-    if accuracy == "right":
-        assert stats.tokens_per_iteration > 2.0  # sure drafts are verified, several at a time
+        return output.speculative_stats
+
+    # later calls start from the earlier ones' measurements; above one row, calls decode plainly until drafting calls
+    # run as probes (after every two plain ones) have calibrated the width's table
+    calls = []
+    while len(calls) < 2 or not _calibrated(model, drafter, batch_size):
+        assert len(calls) < 30, "the table of the batch's width was not calibrated in 30 calls"
+        calls.append(call())
+    calls.append(call())  # chosen with the table complete
+    drafting = [stats for stats in calls if stats.drafter_calls]
+    assert drafting  # the drafting path ran
+    assert sum(drafting[-1].generated_tokens) == (reference.shape[1] - 1) * batch_size
+    if accuracy == "right":  # sure drafts are verified, several at a time
+        assert calls[-1].drafter_calls and calls[-1].tokens_per_iteration > 2.0
 
 
 def test_above_one_row_a_new_rule_judges_drafting_by_plain_calls_of_any_rule(clock):
@@ -710,9 +754,11 @@ def test_above_one_row_a_new_rule_judges_drafting_by_plain_calls_of_any_rule(clo
     inputs = make_source_batch(4, seed=3, pad_token_id=model.config.pad_token_id)
     reference = model.generate(**inputs, **GREEDY, max_new_tokens=20)
     drafter = OracleDrafter(reference, VOCAB_SIZE, 6, "right")
-    _calibrate(model, inputs, drafter, max_new_tokens=20)
+    _calibrate(model, inputs, drafter, max_new_tokens=20)  # plain calls first, then a drafting one calibrates
+    _, call_choices = draft_length._ACCEPTANCE[drafter][model][("greedy", 1, 0.0)]
+    assert call_choices[(4, "cpu", 6)].plain_call_steps  # plain calls of this width timed before the calibration
     first = _generate_auto(model, inputs, drafter, max_new_tokens=20)
-    assert first.speculative_stats.drafter_calls == 0  # no plain call of this width timed yet: one is
+    assert first.speculative_stats.drafter_calls > 0  # the table, a plain call's time known, expects drafting
     for call in range(6):
         sampled = dict(do_sample=True, top_k=1, temperature=0.5 + 0.01 * call)  # a rule never seen before
         output = _generate_auto(model, inputs, drafter, max_new_tokens=20, **sampled)
@@ -771,8 +817,10 @@ def test_a_call_where_drafting_cannot_pay_decodes_plainly_and_probes_now_and_the
         output = _generate_auto(model, inputs, drafter, max_new_tokens=30, output_scores=True)
         assert torch.equal(output.sequences, reference.sequences)
         drafted_calls.append(output.speculative_stats.drafter_calls > 0)
-    # plain calls, with a probe of drafting after 2, then after 4 more (the interval doubles)
-    assert drafted_calls == [False, False, True, False, False, False, False, True, False, False]
+    # plain calls, with a probe of drafting after 2, then after 4 more (the interval doubles); above one row the
+    # calibrating call was itself a probe after the first 2 plain calls, slower than they were, so the next comes after 4
+    probes = [2, 7] if batch_size == 1 else [4]
+    assert drafted_calls == [call in probes for call in range(10)]
     plain = output.speculative_stats
     pad = model.generation_config.pad_token_id
     generated = reference.sequences[:, 1:]
