@@ -2,19 +2,17 @@
 without a drafter (every iteration a plain verifier step, no drafter set-up or call: greedy decoding's tokens,
 sampling's distribution).
 
-Which kind runs is decided by the calls themselves once three of each were timed (the time per step of the latest ones,
-each kind with all it costs around the verifier: a cost table of single iterations and a plain call's average do not
-compare alike). The kind expected is mostly run and the other rarely, so their windows hold readings of other moments,
-and a burst of other work on the machine slows mostly the expected kind's: when the windows' means say the other kind is
-faster, the two kinds run head to head ([`HeadToHead`]: alternately, in pairs of adjacent calls that a burst slows
-alike) until the pairs settle it, and the pairs' readings then replace both windows. Before three of each were timed,
-the caller's cost table decides (`specdec_hf.generation.draft_length`). The kind not chosen still runs now and then, at
-growing intervals (a drafting call after 2, 4, ... 32 plain calls, after 256 while the timed drafting calls are clearly
-slower, the latest one included; a plain call after 8, 16, ... 64 drafting calls, every 2 until three were timed), so
-that both stay measured. While a width's cost table is still calibrated by drafting calls run as such probes (above one
-row, `specdec_hf.generation.draft_length`), their interval doubles only after a probe slower per step than the plain
-calls, and their times stay out of the windows (a calibrating call's iterations take every k in turn). A drafting call's
-own k = 0 iterations cannot stand in for plain calls: at batch > 1 they still re-feed the rows that advanced unevenly.
+Which kind runs is decided by the calls themselves once three of each were timed (the time per step of the latest
+ones, each kind with all it costs around the verifier: a cost table of single iterations and a plain call's average
+do not compare alike). The kind expected is mostly run and the other rarely, so their windows hold readings of other
+moments, and a burst of other work on the machine slows mostly the expected kind's: when the windows' means say the
+other kind is faster, the two kinds run head to head ([`HeadToHead`]: alternately, in pairs of adjacent calls that a
+burst slows alike) until the pairs settle it, and the pairs' readings then replace both windows. Before three of
+each were timed, the caller's cost table decides (`specdec_hf.generation.draft_length`). The kind not chosen still
+runs now and then, at growing intervals (a drafting call after 2, 4, ... 32 plain calls, after 256 while the timed
+drafting calls are clearly slower, the latest one included; a plain call after 8, 16, ... 64 drafting calls, every 2
+until three were timed), so that both stay measured. A drafting call's own k = 0 iterations cannot stand in for
+plain calls: at batch > 1 they still re-feed the rows that advanced unevenly.
 
 The choices ([`CallChoices`]) are kept by the caller (`DraftLengthSchedule`: per drafter, verifier, rule and cost
 table); nothing here reads a clock, so the choice is a deterministic function of the times it is given
@@ -245,7 +243,7 @@ class CallChoices:
             self.expect(drafting)
         self.since_probe = 0
 
-    def next_call(self, drafting_by_table: Callable[[Sequence[float]], bool], calibrating: bool = False) -> ChosenCall:
+    def next_call(self, drafting_by_table: Callable[[Sequence[float]], bool]) -> ChosenCall:
         """The kind of the next call of this width.
 
         Once at least `_MIN_TIMED_CALLS` of each kind were timed, the faster kind is expected from the calls
@@ -264,9 +262,6 @@ class CallChoices:
             drafting_by_table (`Callable[[Sequence[float]], bool]`): Whether the cost table expects drafting calls
                 to be faster, given the times per step of the plain calls timed so far; called only while fewer than
                 `_MIN_TIMED_CALLS` of either kind were timed.
-            calibrating (`bool`, *optional*, defaults to `False`): Whether the width's cost table is still being
-                calibrated by drafting calls run as probes: their interval then doubles only after a probe slower per
-                step than the plain calls ([`record_calibrating_probe`]), not after every probe.
         """
         if self.head_to_head is not None:
             head_to_head = self.head_to_head
@@ -305,10 +300,8 @@ class CallChoices:
             interval = min(interval, _WARM_UP_PLAIN_PROBE_INTERVAL)
         if self.since_probe >= interval:
             self.since_probe = 0
-            # while drafting is expected, the interval starts doubling once three plain calls were timed; probes
-            # that calibrate the table double it by their cost (`record_calibrating_probe`)
-            calibrating_probes = calibrating and not drafting
-            if not calibrating_probes and (not drafting or len(plain) + 1 >= _MIN_TIMED_CALLS):
+            # while drafting is expected, the interval starts doubling once three plain calls were timed
+            if not drafting or len(plain) + 1 >= _MIN_TIMED_CALLS:
                 limit = _MAX_PLAIN_PROBE_INTERVAL if drafting else _MAX_CALL_PROBE_INTERVAL
                 self.probe_interval = min(2 * self.probe_interval, limit)
             return ChosenCall(not drafting)
@@ -320,16 +313,6 @@ class CallChoices:
         """The head-to-head's next call."""
         place = head_to_head.calls
         return ChosenCall(head_to_head.next_drafts(), head_to_head, place)
-
-    def record_calibrating_probe(self, seconds: float) -> None:
-        """Take the time per step of a drafting call run as a probe while the width's cost table was calibrated: not
-        what a drafting call costs (its iterations take every k in turn), so kept out of the windows, but what a probe
-        costs. The next probe comes after twice as many plain calls when this one was slower per step than the plain
-        calls' mean (at a wide batch on a CPU a calibrating call costs as much as several plain ones), after as many
-        when it was not (where drafting may pay, the table is soon complete)."""
-        plain = self.plain_call_steps
-        if plain and seconds > statistics.fmean(plain):
-            self.probe_interval = min(2 * self.probe_interval, _MAX_CALL_PROBE_INTERVAL)
 
     def record(self, call: ChosenCall, drafting: bool, seconds: float) -> None:
         """Keep the time per step of a timed call, chosen as `call` and run as `drafting` says, in that kind's window

@@ -5,14 +5,14 @@ verifier's shape and the batch, and what the drafts are worth depends on the dra
 lengths (SpecDec++, Huang et al., 2024, arXiv 2405.19715; DISCO, Mamou et al., 2024, arXiv 2405.04304) choose k per
 iteration; this module chooses it from two measured things:
 
-- **what an iteration costs** ([`IterationCostTable`]): a verifier forward over the uncached tokens and w drafts,
-  timed once per process, drafter, verifier, batch width and device in the loop's own first iterations at that width
-  ([`ForwardCalibration`]: they run every w in turn, from 0 up, so that calibrating costs no forward beyond
-  decoding's, and stop at the first w whose forward alone costs more than any k is expected to bring, until a rule
-  expecting more tokens reopens them), plus what the loop pays around it, read from the iterations' own wall time as
-  decoding runs: without a drafter call, and with one as a base and a cost per draft (the drafter's queries, the
-  wider logits), the latter from pairs of consecutive iterations whose k differs by one (every few drafting
-  iterations run a k next to the best one);
+- **what an iteration costs** ([`IterationCostTable`]): a verifier forward over the uncached tokens and w drafts, timed
+  once per process, drafter, verifier, batch width and device in the loop's own first iterations at that width (above
+  one row, those of drafting calls run as probes among plain calls; [`ForwardCalibration`]: they run every w in turn,
+  from 0 up, so that calibrating costs no forward beyond decoding's, and stop at the first w whose forward alone costs
+  more than any k is expected to bring, until a rule expecting more tokens reopens them), plus what the loop pays around
+  it, read from the iterations' own wall time as decoding runs: without a drafter call, and with one as a base and a
+  cost per draft (the drafter's queries, the wider logits), the latter from pairs of consecutive iterations whose k
+  differs by one (every few drafting iterations run a k next to the best one);
 - **what the drafts are worth** ([`AcceptanceEstimate`]): how often the first i drafts were all accepted so far by
   this verifier and drafter under this rule (kept for the process, so that the next `generate()` starts informed).
 
@@ -35,11 +35,12 @@ calls' own timings (`specdec_hf.generation.call_choice`), and before three of ea
 plain when even the best k is expected to give fewer tokens per second than a plain decoding step (until plain calls
 were timed: for one row the verifier's forward alone, with none of the loop's costs around it; above one row plain,
 until a plain call of that width was timed under any rule). Above one row, calls are plain until the width's table is
-calibrated, which the drafting calls run among them as probes do: a first call at a wide batch would otherwise time
-forwards that each cost several plain steps on a CPU, while a plain call is never slower than greedy decoding. Since the
-measurements are the machine's, the sequence of k is not reproducible from run to run: a seeded sampling run draws other
-numbers, and the relaxed rule (β > 1), whose output depends on k, can write another output. The measurements are per
-process and not guarded by a lock: calls of `generate()` in parallel threads share them and time each other's load.
+first calibrated, which drafting calls run among them as probes do: a first call at a wide batch would otherwise time
+forwards that each cost several plain steps on a CPU, where a plain call, feeding only the rows still decoding, was as
+fast as greedy decoding or faster in every run measured (docs/RESULTS.md). Since the measurements are the machine's, the
+sequence of k is not reproducible from run to run: a seeded sampling run draws other numbers, and the relaxed rule (β >
+1), whose output depends on k, can write another output. The measurements are per process and not guarded by a lock:
+calls of `generate()` in parallel threads share them and time each other's load.
 """
 
 from __future__ import annotations
@@ -83,6 +84,13 @@ _PRIOR_WEIGHT = 2.0
 # timed forwards of each width before a cost table is used, after one untimed (the first forward of a shape pays
 # one-off kernel set-up): the least of them stands for the width
 _CALIBRATION_ROUNDS = 2
+# above one row, plain calls of a width whose table was never complete before a drafting call runs as a probe that
+# calibrates it; the interval doubles after a probe slower per step than the plain calls by more than
+# `_CHEAP_PROBE_SLOWDOWN`, up to the largest, and drops to none (the next call probes) after one that was not
+# (docs/RESULTS.md: probes at 2 and 4 rows ran at 0.92-1.04 times a plain call's time per step, at 16 rows 1.56)
+_FIRST_CALIBRATION_PROBE_INTERVAL = 2
+_MAX_CALIBRATION_PROBE_INTERVAL = 32
+_CHEAP_PROBE_SLOWDOWN = 1.25
 # calls in a row of a batch width that timed none of its table's forwards (their rows finished at their first
 # iteration, into a narrower width) before that width's calls are chosen by their own timings alone
 _MAX_IDLE_CALLS = 3
@@ -209,6 +217,14 @@ class ForwardCalibration:
         frontier (`int`): The widest w run so far or next; the wider ones wait.
         cap (`int`, *optional*): The first w whose forward left no k from it up a chance to pay (timed, and the
             widest w the calibration times); `None` while every w may still be.
+        reopened (`bool`): Whether the calibration was opened again above its cap (`reopen`).
+        plain_calls_since_probe (`int`), probe_interval (`int`): Above one row, calls decode plainly while the table
+            is first calibrated, and a drafting call runs as a probe that calibrates it after `probe_interval` plain
+            ones (`probe_due`; 0: every call, after a cheap probe, `record_probe`); kept here, for the width, whatever
+            the rule of each call.
+        plain_call_steps (`deque[float]`): Those plain calls' times per step, what a probe's is judged against (not
+            the width's call choices': they are the calls of its first moments, the shortest rows where rows are
+            sorted by length, whose set-up weighs most per step).
     """
 
     seen: list[int]
@@ -217,11 +233,38 @@ class ForwardCalibration:
     seen_after_last_call: int = 0
     frontier: int = 1
     cap: int | None = None
+    reopened: bool = False
+    plain_calls_since_probe: int = 0
+    probe_interval: int = _FIRST_CALIBRATION_PROBE_INTERVAL
+    plain_call_steps: deque = field(default_factory=lambda: deque(maxlen=_RECENT_ITERATIONS))
 
     @classmethod
     def for_widths(cls, widths: int) -> ForwardCalibration:
         """Nothing timed yet for w = 0..`widths` - 1."""
         return cls([0] * widths, [math.inf] * widths)
+
+    def probe_due(self) -> bool:
+        """Whether a call of this width, above one row, drafts as a probe that calibrates the table (after
+        `probe_interval` plain calls since the last one), and count it."""
+        if self.plain_calls_since_probe >= self.probe_interval:
+            self.plain_calls_since_probe = 0
+            return True
+        self.plain_calls_since_probe += 1
+        return False
+
+    def record_probe(self, step_seconds: float) -> None:
+        """Take a probe's time per step against the mean of `plain_call_steps` (nothing to judge by before one):
+        after a probe slower by more than `_CHEAP_PROBE_SLOWDOWN` times (at a wide batch on a CPU a call timing the
+        wide forwards costs as much as several plain ones) the next comes after twice as many plain calls (at least
+        `_FIRST_CALIBRATION_PROBE_INTERVAL`); after one that was not, at once (calibrating then costs about what
+        plain calls do, and where drafting pays it is the sooner done)."""
+        if not self.plain_call_steps:
+            return
+        if step_seconds > _CHEAP_PROBE_SLOWDOWN * statistics.fmean(self.plain_call_steps):
+            doubled = max(2 * self.probe_interval, _FIRST_CALIBRATION_PROBE_INTERVAL)
+            self.probe_interval = min(doubled, _MAX_CALIBRATION_PROBE_INTERVAL)
+        else:
+            self.probe_interval = 0
 
     def count_call(self) -> None:
         """Count a drafting call that started at this width: idle if no forward was counted since the last one."""
@@ -276,7 +319,7 @@ class ForwardCalibration:
         for `record`."""
         if self.cap is None or not self.may_pay(self.cap, plain_seconds, tokens_bound):
             return False
-        self.cap = None
+        self.cap, self.reopened = None, True
         # calls that found it complete timed nothing of it: not idle ones (`count_call`)
         self.idle_calls, self.seen_after_last_call = 0, sum(self.seen)
         self._advance(plain_seconds, tokens_bound)
@@ -548,7 +591,7 @@ class DraftLengthSchedule:
         self.acceptance, self._call_choices = per_rule.setdefault(rule, (AcceptanceEstimate(), {}))
         self._every_rule = per_rule  # rule -> (acceptance, call choices per table key)
         self._table: IterationCostTable | None = None
-        # this call's choices of its width (None: its table was being calibrated when the call started)
+        # this call's choices of its width (None: its table was being calibrated by this call when it started)
         self._call_choices_now: CallChoices | None = None
         # the kind of this call its choices chose (and its place in a head-to-head)
         self._call: ChosenCall | None = None
@@ -573,8 +616,10 @@ class DraftLengthSchedule:
         self._timed_width = max_draft_tokens
         # the key of the table this call started while it was calibrated (`observe_drafting_call`)
         self._calibrating_key: tuple | None = None
-        # whether a drafting call's time goes into its width's call choices (not a probe that calibrates the table)
-        self._times_call = True
+        # above one row, the calibration this call decodes for while its width's table is first calibrated (plainly,
+        # or drafting as a probe that calibrates it: `_probes_calibration`)
+        self._calibration_probed: ForwardCalibration | None = None
+        self._probes_calibration = False
 
     def _table_key(self, rows: int) -> tuple:
         return (_rows_bucket(rows), self._device_name, self.max_draft_tokens)
@@ -583,11 +628,10 @@ class DraftLengthSchedule:
         """Whether a call of `rows` rows drafts at all, or decodes plainly (the loop with no drafter).
 
         Until the cost table of this batch width is calibrated up to the largest k the call can time, a call of one row
-        runs the loop, which calibrates it; above one row, calls decode plainly ([`CallChoices.next_call`] with plain
-        expected), and the drafting calls it runs as probes (after 2 plain calls, the interval doubling after a probe
-        slower per step than the plain calls) calibrate the table, their time not taken as what a drafting call costs
-        (their widest forwards cost several plain steps on a CPU at wide batches, where a plain call, which feeds only
-        the rows still decoding, is never slower than greedy). Then the calls of this width decide, and before three of
+        runs the loop, which calibrates it; above one row, the first calibration is made by drafting calls run as probes
+        among plain calls (the first after 2 plain calls, the next at once after a cheap probe and after twice as many
+        plain calls after a costly one: [`ForwardCalibration.record_probe`]), whatever each call's rule, and a
+        calibration reopened above its cap by the loop at once. Then the calls of this width decide, and before three of
         each kind were timed the table does: drafting when some k ≥ 1 is expected to beat a plain step (as plain calls
         measured it, [`observe_plain_call`]; before any, for one row the verifier's forward alone, above one row those
         timed under other rules, else plain: [`_table_expects_drafting`]). A call too short to time any k ≥ 1 whose
@@ -615,23 +659,32 @@ class DraftLengthSchedule:
         width = self._timed_width if table is None else min(self._timed_width, table.largest_k)
         if table is None or not table.covers(width):
             self._calibrating_key = key
-            idle = table is not None and table.calibration.idle_calls >= _MAX_IDLE_CALLS
-            if key[0] == 1 and not idle:  # the loop calibrates it
-                return True
-            # above one row, plain calls until drafting ones calibrated the table (they are its probes, not timed as
-            # drafting calls: their widest forwards cost several plain steps on a CPU); a width whose drafting calls
-            # time none of its forwards is chosen by the calls' own timings, for one row drafting until plain ones
-            # are timed
-            drafting_by_table = _expects_plain if key[0] > 1 else _expects_drafting
-            self._times_call, calibrating_by_probes = idle, not idle
+            if table is None or table.calibration.idle_calls < _MAX_IDLE_CALLS:
+                if key[0] == 1 or table is not None and table.calibration.reopened:  # the loop calibrates it
+                    return True
+                return self._plain_or_calibrating_probe(key, table)
+            # its calls time none of its forwards: chosen by their own timings, drafting until plain ones are timed
+            drafting_by_table = _expects_drafting
         else:
             drafting_by_table = functools.partial(self._table_expects_drafting, table, width, key)
-            calibrating_by_probes = False
         self._table = table
         choices = self._call_choices.setdefault(key, CallChoices())
         self._call_choices_now = choices
-        self._call = choices.next_call(drafting_by_table, calibrating=calibrating_by_probes)
+        self._call = choices.next_call(drafting_by_table)
         return self._call.drafts
+
+    def _plain_or_calibrating_probe(self, key: tuple, table: IterationCostTable | None) -> bool:
+        """Above one row, while the width's table is first calibrated: a plain call, or a drafting call as a probe
+        that calibrates the table ([`ForwardCalibration.probe_due`]); neither is a choice of the width's calls, and
+        their times per step go to the calibration (`plain_call_steps`, `record_probe`: a probe's iterations take
+        every k in turn, so it is no drafting call's time). Calling the loop to calibrate at once, as at one row,
+        would time forwards that at a wide batch on a CPU cost several plain steps each, in a first call that a plain
+        one, feeding only the rows still decoding, makes about as fast as greedy decoding or faster."""
+        if table is None:
+            table = self._tables[key] = IterationCostTable.uncalibrated(self.max_draft_tokens)
+        self._calibration_probed = table.calibration
+        self._probes_calibration = table.calibration.probe_due()
+        return self._probes_calibration
 
     def _reopen_if_paying(self, table: IterationCostTable) -> None:
         """Calibrate `table` above its cap where the cap's width may pay by this rule's acceptance counts."""
@@ -676,6 +729,8 @@ class DraftLengthSchedule:
         synchronize(self.device)
         if steps > 0 and self._call_choices_now is not None:  # else a call too short to be chosen
             self._call_choices_now.record(self._call, False, (_clock() - self._started) / steps)
+        elif steps > 0 and self._calibration_probed is not None:
+            self._calibration_probed.plain_call_steps.append((_clock() - self._started) / steps)
 
     def start_drafting_call(self) -> None:
         """Start timing a call that drafts (after `drafts_this_call` said so), before the drafter's set-up."""
@@ -685,17 +740,16 @@ class DraftLengthSchedule:
     def observe_drafting_call(self, steps: int) -> None:
         """End the timing of a drafting call whose output took `steps` steps (what a plain call would have taken);
         not recorded for a call that started while its width's table was calibrated (no choice was made for it),
-        unless that width's calls are chosen by their own timings (`drafts_this_call`), and counted towards that.
+        unless that width's calls are chosen by their own timings (`drafts_this_call`), and counted towards that; a
+        probe's time per step above one row goes to its calibration (`ForwardCalibration.record_probe`).
         Iterations that calibrated a narrower width once rows finished are part of its time: they decoded (at a k
         not the best), and at a width where drafting pays most."""
         synchronize(self.device)
         if steps > 0 and self._call_choices_now is not None:
-            step = (_clock() - self._call_started) / steps
-            if self._times_call:
-                self._call_choices_now.record(self._call, True, step)
-            else:  # a probe that calibrated the table
-                self._call_choices_now.record_calibrating_probe(step)
+            self._call_choices_now.record(self._call, True, (_clock() - self._call_started) / steps)
         table = None if self._calibrating_key is None else self._tables.get(self._calibrating_key)
+        if steps > 0 and self._probes_calibration:
+            self._calibration_probed.record_probe((_clock() - self._call_started) / steps)
         if table is not None and table.calibration is not None:  # still calibrated: did anything time it?
             table.calibration.count_call()
 
@@ -811,11 +865,6 @@ class DraftLengthSchedule:
         first (this one projected the source)."""
         self._previous = None
         self._first_iteration = False
-
-
-def _expects_plain(plain_call_steps: Sequence[float]) -> bool:
-    """A width above one row before its table is calibrated: plain calls, drafting ones only as probes."""
-    return False
 
 
 def _expects_drafting(plain_call_steps: Sequence[float]) -> bool:

@@ -272,29 +272,6 @@ def test_drafting_calls_clearly_slower_than_plain_ones_are_probed_rarely():
     assert decisions == [False] * 16 + [True]
 
 
-def test_drafting_probes_that_calibrate_a_table_come_less_often_after_costly_ones():
-    """While a width's table is calibrated by drafting calls run as probes among plain ones (above one row), the
-    probes' interval doubles only after a probe slower per step than the plain calls' mean (at a wide batch on a CPU
-    a calibrating call costs several plain ones), not after one that was not; once the table is complete, it doubles
-    after every probe, from where it got to."""
-    choices = CallChoices()
-    choices.plain_call_steps.extend([1.0, 1.0])
-
-    def kinds(calls: int, calibrating: bool) -> str:
-        chosen = [choices.next_call(lambda steps: False, calibrating=calibrating) for _ in range(calls)]
-        return "".join("D" if call.drafts else "." for call in chosen)
-
-    assert kinds(3, calibrating=True) == "..D"
-    choices.record_calibrating_probe(0.9)  # faster than the plain calls: the next after 2 again
-    assert kinds(3, calibrating=True) == "..D"
-    choices.record_calibrating_probe(2.5)  # slower: after 4
-    assert kinds(5, calibrating=True) == "....D"
-    choices.record_calibrating_probe(2.5)  # and after 8
-    assert kinds(9, calibrating=True) == "." * 8 + "D"
-    assert not choices.drafting_call_steps  # the probes' times are no drafting call's
-    assert kinds(26, calibrating=False) == "." * 8 + "D" + "." * 16 + "D"  # calibrated: 8, then 16
-
-
 def test_a_drafting_call_is_timed_per_step_whole_unless_its_width_was_calibrated(clock):
     """A call that started while its width's table was calibrated is not timed (no choices were made for it); one
     whose rows finished into a width being calibrated is timed whole (those iterations decoded too)."""

@@ -454,6 +454,7 @@ def test_a_table_is_calibrated_in_the_loops_own_iterations(clock):
         assert not call.drafts_this_call(rows)  # no table, or one being calibrated: plain above one row
         call.start_plain_call()
         call.observe_plain_call(10)
+        assert call._calibration_probed is schedule._tables[(rows, "cpu", 2)].calibration  # timed for it
 
     def iteration(rows: int, limit: int = 2) -> int:
         k = schedule.next_k(rows, limit)
@@ -465,6 +466,8 @@ def test_a_table_is_calibrated_in_the_loops_own_iterations(clock):
 
     plain_call(4)
     plain_call(4)
+    calibration = schedule._tables[(4, "cpu", 2)].calibration
+    assert len(calibration.plain_call_steps) == 2
     assert schedule.drafts_this_call(4)  # a drafting call after two plain ones: the loop calibrates the table
     schedule.start_drafting_call()
     ks = [iteration(4) for _ in range(10)]
@@ -475,8 +478,7 @@ def test_a_table_is_calibrated_in_the_loops_own_iterations(clock):
     assert schedule.next_k(4, 2) == 2  # chosen from the table now: sure drafts
     schedule.observe([2] * 4)
     schedule.observe_drafting_call(10)
-    choices = schedule._call_choices[(4, "cpu", 2)]
-    assert len(choices.plain_call_steps) == 2 and not choices.drafting_call_steps  # the probe calibrated: not timed
+    assert (4, "cpu", 2) not in schedule._call_choices  # no choice made: plain calls and a probe calibrating it
     # rows finished into a width without a table: it is calibrated as decoding goes on
     assert iteration(2) == 0 and not schedule._tables[(2, "cpu", 2)].covers(0)
     assert iteration(2, limit=1) == 1  # the next round goes as high as the length limit allows
@@ -563,17 +565,18 @@ def test_the_largest_timed_k_is_the_second_iterations_limit():
 
 def test_a_width_whose_calls_never_time_its_table_is_chosen_by_the_calls_alone(clock):
     """Rows that finish at a call's first iteration go on in a narrower width. Above one row, calls decode plainly
-    while their width's table is calibrated, and the drafting calls run among them as probes calibrate it, untimed as
-    drafting calls; probes that time none of its forwards, `_MAX_IDLE_CALLS` in a row, hand the choice to the calls'
-    own timings (a probe's time then recorded as a drafting call's); a probe that times one starts the count again."""
+    while their width's table is first calibrated, and drafting calls run among them as probes calibrate it (no
+    choice of the width's calls); probes that time none of its forwards, `_MAX_IDLE_CALLS` in a row, hand the choice
+    to the calls' own timings (drafting until plain calls are timed); a probe that times one starts the count again."""
     verifier, drafter = WeakKey(), WeakKey()
     table = IterationCostTable.uncalibrated(2)
     table.observe_forward(0, 1.0)
 
-    def call(times_a_forward: bool) -> DraftLengthSchedule:
+    def call(times_a_forward: bool) -> tuple[DraftLengthSchedule, bool]:
         schedule = DraftLengthSchedule(verifier, drafter, 2, (1, 0.0, False), torch.device("cpu"))
         schedule._tables[(4, "cpu", 2)] = table
-        if schedule.drafts_this_call(4):
+        drafts = schedule.drafts_this_call(4)
+        if drafts:
             schedule.start_drafting_call()
             if times_a_forward:
                 table.observe_forward(1, 1.0)
@@ -581,16 +584,17 @@ def test_a_width_whose_calls_never_time_its_table_is_chosen_by_the_calls_alone(c
         else:
             schedule.start_plain_call()
             schedule.observe_plain_call(3)
-        return schedule
+        return schedule, drafts
 
     def calls_until_a_probe(times_a_forward: bool) -> str:
         kinds = ""
         while not kinds.endswith("D"):
-            kinds += "D" if call(times_a_forward)._call.drafts else "."
+            schedule, drafts = call(times_a_forward)
+            assert schedule._call_choices_now is None and schedule._calibration_probed is table.calibration
+            kinds += "D" if drafts else "."
         return kinds
 
     assert calls_until_a_probe(False) == "..D"  # plain calls first, a drafting one after two
-    choices = draft_length._ACCEPTANCE[drafter][verifier][(1, 0.0, False)][1][(4, "cpu", 2)]
     for _ in range(draft_length._MAX_IDLE_CALLS - 1):
         calls_until_a_probe(False)
     assert table.calibration.idle_calls == draft_length._MAX_IDLE_CALLS - 1
@@ -598,16 +602,71 @@ def test_a_width_whose_calls_never_time_its_table_is_chosen_by_the_calls_alone(c
     assert table.calibration.idle_calls == 0  # progress: counted anew
     for _ in range(draft_length._MAX_IDLE_CALLS):
         calls_until_a_probe(False)
-    assert not choices.drafting_call_steps and len(choices.plain_call_steps) > 0  # probes untimed, plain calls timed
-    calls_until_a_probe(False)
-    assert len(choices.drafting_call_steps) == 1  # the calls decide now: a probe's time is a drafting call's
+    chosen, drafts = call(False)
+    assert chosen._call_choices_now is not None and drafts  # the calls decide, drafting first
+    choices = chosen._call_choices_now
+    assert len(choices.drafting_call_steps) == 1 and not choices.plain_call_steps  # timed as a drafting call
     assert table.calibration.seen == [1, 1, 0]  # the table left as its calls timed it, not taken as calibrated
+
+
+def test_calibrating_probes_come_at_once_after_cheap_ones_and_less_often_after_costly_ones():
+    """Above one row, a drafting call runs as a probe that calibrates the width's table after 2 plain calls; after a
+    probe at most `_CHEAP_PROBE_SLOWDOWN` times slower per step than the plain calls timed for the calibration the
+    next call probes too (where drafting may pay, calibrating costs about what plain calls do), after a costlier one
+    the interval doubles (at a wide batch on a CPU a probe costs several plain calls), from 2 and up to 32."""
+    calibration = ForwardCalibration.for_widths(3)
+
+    def kinds(calls: int) -> str:
+        return "".join("D" if calibration.probe_due() else "." for _ in range(calls))
+
+    assert kinds(3) == "..D"
+    calibration.record_probe(1.1)  # no plain call timed: nothing to judge by
+    assert kinds(3) == "..D"
+    calibration.plain_call_steps.extend([0.9, 1.1])
+    calibration.record_probe(1.2)  # cheap
+    assert kinds(2) == "DD"
+    calibration.record_probe(1.3)  # costly: after 2 (twice none, at least 2)
+    assert kinds(3) == "..D"
+    calibration.record_probe(2.5)
+    assert kinds(5) == "....D"
+    for _ in range(4):
+        calibration.record_probe(2.5)
+    assert calibration.probe_interval == draft_length._MAX_CALIBRATION_PROBE_INTERVAL == 32
+
+
+def test_calibrating_probes_are_counted_for_the_width_whatever_each_calls_rule(clock):
+    """Sampling settings that change every call (each a rule of its own) share the width's calibration and its
+    probes: above one row a drafting probe still comes after 2 plain calls, and the table is calibrated."""
+    model = build_verifier("bart")
+    model.register_forward_hook(lambda *args: clock.spend(10.0))
+    inputs = make_source_batch(4, seed=3, pad_token_id=model.config.pad_token_id)
+    reference = model.generate(**inputs, **GREEDY, max_new_tokens=20)
+    drafter = OracleDrafter(reference, VOCAB_SIZE, 2, "right")
+    drafted = []
+    for call in range(30):
+        sampled = dict(do_sample=True, top_k=1, temperature=0.5 + 0.01 * call)  # a rule never seen before
+        output = _generate_auto(model, inputs, drafter, max_new_tokens=20, **sampled)
+        assert torch.equal(output.sequences, reference)
+        drafted.append(output.speculative_stats.drafter_calls > 0)
+        if _calibrated(model, drafter, 4):
+            break
+    assert drafted[:3] == [False, False, True] and _calibrated(model, drafter, 4)
+
+
+def test_a_calibration_reopened_above_its_cap_is_timed_by_the_loop_at_once(clock):
+    """A width whose calibration stopped at its cap and was reopened (a rule expecting more tokens) was found worth
+    drafting up to the cap: above one row too, its calls draft to time the widths above it, without plain calls
+    first."""
+    schedule = DraftLengthSchedule(WeakKey(), WeakKey(), 2, (1, 0.0, False), torch.device("cpu"))
+    table = schedule._tables[(4, "cpu", 2)] = IterationCostTable.uncalibrated(2)
+    table.calibration.reopened = True
+    assert schedule.drafts_this_call(4) and schedule._call_choices_now is None
 
 
 def test_calls_whose_rows_finish_at_their_first_iteration_are_chosen_by_their_timings(clock):
     """Three of four rows end at their first token: every call goes on at batch width 1 after its first iteration,
-    which is untimed, so the width-4 table is never timed: its calls decode plainly, each timed, and the drafting
-    calls among them (probes, which would calibrate it) count as idle, untimed until `_MAX_IDLE_CALLS` of them were."""
+    which is untimed, so the width-4 table is never timed: its calls decode plainly, and the drafting calls run among
+    them as probes, which would calibrate it, count as idle (after `_MAX_IDLE_CALLS` the calls' own timings decide)."""
     model = build_verifier("bart")
     inputs = make_source_batch(4, seed=0, pad_token_id=model.config.pad_token_id)
     firsts = model.generate(**inputs, **GREEDY, max_new_tokens=12)[:, 1].tolist()
@@ -620,9 +679,9 @@ def test_calls_whose_rows_finish_at_their_first_iteration_are_chosen_by_their_ti
     table = draft_length._COST_TABLES[drafter][model][(4, "cpu", 4)]
     assert table.calibration is not None and not any(table.calibration.seen)  # never timed
     _, call_choices = draft_length._ACCEPTANCE[drafter][model][("greedy", 1, 0.0)]
-    choices = call_choices[(4, "cpu", 4)]
-    assert len(choices.plain_call_steps) == 6 and not choices.drafting_call_steps  # `..D....D`: two probes
-    assert table.calibration.idle_calls == 2
+    assert (4, "cpu", 4) not in call_choices  # no choice made yet
+    # `..D..D..`: plain calls timed for the calibration, two probes that timed none of its forwards
+    assert len(table.calibration.plain_call_steps) == 6 and table.calibration.idle_calls == 2
 
 
 def test_calls_of_a_short_length_budget_calibrate_what_they_reach_and_are_then_chosen(clock):
@@ -735,7 +794,8 @@ def test_auto_draft_length_equals_greedy(family, batch_size, accuracy, clock):
     while len(calls) < 2 or not _calibrated(model, drafter, batch_size):
         assert len(calls) < 30, "the table of the batch's width was not calibrated in 30 calls"
         calls.append(call())
-    calls.append(call())  # chosen with the table complete
+    # chosen with the table complete: above one row a plain call first (timed as one of the width's choices)
+    calls += [call(), call()]
     drafting = [stats for stats in calls if stats.drafter_calls]
     assert drafting  # the drafting path ran
     assert sum(drafting[-1].generated_tokens) == (reference.shape[1] - 1) * batch_size
@@ -754,11 +814,9 @@ def test_above_one_row_a_new_rule_judges_drafting_by_plain_calls_of_any_rule(clo
     inputs = make_source_batch(4, seed=3, pad_token_id=model.config.pad_token_id)
     reference = model.generate(**inputs, **GREEDY, max_new_tokens=20)
     drafter = OracleDrafter(reference, VOCAB_SIZE, 6, "right")
-    _calibrate(model, inputs, drafter, max_new_tokens=20)  # plain calls first, then a drafting one calibrates
-    _, call_choices = draft_length._ACCEPTANCE[drafter][model][("greedy", 1, 0.0)]
-    assert call_choices[(4, "cpu", 6)].plain_call_steps  # plain calls of this width timed before the calibration
+    _calibrate(model, inputs, drafter, max_new_tokens=20)  # plain calls, and drafting ones as probes, calibrate it
     first = _generate_auto(model, inputs, drafter, max_new_tokens=20)
-    assert first.speculative_stats.drafter_calls > 0  # the table, a plain call's time known, expects drafting
+    assert first.speculative_stats.drafter_calls == 0  # no plain call of this width timed as a choice yet: one is
     for call in range(6):
         sampled = dict(do_sample=True, top_k=1, temperature=0.5 + 0.01 * call)  # a rule never seen before
         output = _generate_auto(model, inputs, drafter, max_new_tokens=20, **sampled)
@@ -817,10 +875,8 @@ def test_a_call_where_drafting_cannot_pay_decodes_plainly_and_probes_now_and_the
         output = _generate_auto(model, inputs, drafter, max_new_tokens=30, output_scores=True)
         assert torch.equal(output.sequences, reference.sequences)
         drafted_calls.append(output.speculative_stats.drafter_calls > 0)
-    # plain calls, with a probe of drafting after 2, then after 4 more (the interval doubles); above one row the
-    # calibrating call was itself a probe after the first 2 plain calls, slower than they were, so the next comes after 4
-    probes = [2, 7] if batch_size == 1 else [4]
-    assert drafted_calls == [call in probes for call in range(10)]
+    # plain calls, with a probe of drafting after 2, then after 4 more (the interval doubles)
+    assert drafted_calls == [False, False, True, False, False, False, False, True, False, False]
     plain = output.speculative_stats
     pad = model.generation_config.pad_token_id
     generated = reference.sequences[:, 1:]
