@@ -34,13 +34,13 @@ finish (unless rows are kept aligned), where transformers' loop feeds them all. 
 calls' own timings (`specdec_hf.generation.call_choice`), and before three of each kind were timed by the cost table:
 plain when even the best k is expected to give fewer tokens per second than a plain decoding step (until plain calls
 were timed: for one row the verifier's forward alone, with none of the loop's costs around it; above one row plain,
-until a plain call of that width was timed under any rule). Above one row, calls are plain until the width's table is
-first calibrated, which drafting calls run among them as probes do: a first call at a wide batch would otherwise time
-forwards that each cost several plain steps on a CPU, where a plain call, feeding only the rows still decoding, was as
-fast as greedy decoding or faster in every run measured (docs/RESULTS.md). Since the measurements are the machine's, the
-sequence of k is not reproducible from run to run: a seeded sampling run draws other numbers, and the relaxed rule (β >
-1), whose output depends on k, can write another output. The measurements are per process and not guarded by a lock:
-calls of `generate()` in parallel threads share them and time each other's load.
+until a plain call of that width was timed as one of its choices under any rule). Above one row, calls are plain until
+the width's table is first calibrated, by drafting calls run among them as probes: a first call at a wide batch would
+otherwise time forwards that each cost several plain steps on a CPU, where a plain call, feeding only the rows still
+decoding, was as fast as greedy decoding or faster in every pass of plain calls measured (docs/RESULTS.md). Since the
+measurements are the machine's, the sequence of k is not reproducible from run to run: a seeded sampling run draws other
+numbers, and the relaxed rule (β > 1), whose output depends on k, can write another output. The measurements are per
+process and not guarded by a lock: calls of `generate()` in parallel threads share them and time each other's load.
 """
 
 from __future__ import annotations
@@ -91,8 +91,9 @@ _CALIBRATION_ROUNDS = 2
 _FIRST_CALIBRATION_PROBE_INTERVAL = 2
 _MAX_CALIBRATION_PROBE_INTERVAL = 32
 _CHEAP_PROBE_SLOWDOWN = 1.25
-# calls in a row of a batch width that timed none of its table's forwards (their rows finished at their first
-# iteration, into a narrower width) before that width's calls are chosen by their own timings alone
+# drafting calls in a row of a batch width that timed none of its table's forwards (their rows finished at their
+# first iteration, into a narrower width; above one row, probes among plain calls) before that width's calls are
+# chosen by their own timings alone
 _MAX_IDLE_CALLS = 3
 # iterations at k = 0 before the first probe of drafting; the interval doubles after a probe that did not pay
 _FIRST_PROBE_INTERVAL = 8
@@ -579,10 +580,13 @@ class DraftLengthSchedule:
         self.max_draft_tokens = max_draft_tokens
         self.device = device
         self._device_name = str(device)  # part of every table key, asked for at every iteration
+        # whether the tables outlive this call (calls above one row calibrate them over several: probes among plain
+        # calls); a drafter that cannot be weakly referenced has tables for this call only
+        self._tables_kept = True
         try:  # what a drafter's call costs is part of an iteration's: tables per drafter and verifier
             self._tables = _COST_TABLES.setdefault(drafter_key, weakref.WeakKeyDictionary()).setdefault(verifier, {})
-        except TypeError:  # a drafter that cannot be weakly referenced: tables for this call only
-            self._tables = {}
+        except TypeError:
+            self._tables, self._tables_kept = {}, False
         try:
             per_verifier = _ACCEPTANCE.setdefault(drafter_key, weakref.WeakKeyDictionary())
             per_rule = per_verifier.setdefault(verifier, {})
@@ -630,17 +634,18 @@ class DraftLengthSchedule:
         Until the cost table of this batch width is calibrated up to the largest k the call can time, a call of one row
         runs the loop, which calibrates it; above one row, the first calibration is made by drafting calls run as probes
         among plain calls (the first after 2 plain calls, the next at once after a cheap probe and after twice as many
-        plain calls after a costly one: [`ForwardCalibration.record_probe`]), whatever each call's rule, and a
-        calibration reopened above its cap by the loop at once. Then the calls of this width decide, and before three of
-        each kind were timed the table does: drafting when some k ≥ 1 is expected to beat a plain step (as plain calls
-        measured it, [`observe_plain_call`]; before any, for one row the verifier's forward alone, above one row those
-        timed under other rules, else plain: [`_table_expects_drafting`]). A call too short to time any k ≥ 1 whose
-        table has none decodes plainly, unrecorded: drafting could time no k ≥ 1. After `_MAX_IDLE_CALLS` calls in a row
-        that timed none of the table's forwards (rows that finish at their first iteration go on in a narrower width),
-        the calls of this width are chosen by their own timings alone. A table whose calibration stopped at its cap (no
-        k above it expected to pay) is calibrated on above it first where the cap's width may pay by this rule's bound
-        on the tokens of an iteration ([`IterationCostTable.reopen_calibration`]; `next_k` does the same for the table
-        of a narrower width that rows finish into).
+        plain calls after a costly one: [`ForwardCalibration.record_probe`]), whatever each call's rule, and by the loop
+        at once where the calibration was reopened above its cap or the tables last this call only (a drafter that
+        cannot be weakly referenced). Then the calls of this width decide, and before three of each kind were timed the
+        table does: drafting when some k ≥ 1 is expected to beat a plain step (as plain calls measured it,
+        [`observe_plain_call`]; before any, for one row the verifier's forward alone, above one row those timed under
+        other rules, else plain: [`_table_expects_drafting`]). A call too short to time any k ≥ 1 whose table has none
+        decodes plainly, unrecorded: drafting could time no k ≥ 1. After `_MAX_IDLE_CALLS` drafting calls in a row that
+        timed none of the table's forwards (rows that finish at their first iteration go on in a narrower width), the
+        calls of this width are chosen by their own timings alone. A table whose calibration stopped at its cap (no k
+        above it expected to pay) is calibrated on above it first where the cap's width may pay by this rule's bound on
+        the tokens of an iteration ([`IterationCostTable.reopen_calibration`]; `next_k` does the same for the table of a
+        narrower width that rows finish into).
 
         Args:
             rows (`int`): The call's rows.
@@ -660,7 +665,8 @@ class DraftLengthSchedule:
         if table is None or not table.covers(width):
             self._calibrating_key = key
             if table is None or table.calibration.idle_calls < _MAX_IDLE_CALLS:
-                if key[0] == 1 or table is not None and table.calibration.reopened:  # the loop calibrates it
+                reopened = table is not None and table.calibration.reopened
+                if key[0] == 1 or reopened or not self._tables_kept:  # the loop calibrates it
                     return True
                 return self._plain_or_calibrating_probe(key, table)
             # its calls time none of its forwards: chosen by their own timings, drafting until plain ones are timed

@@ -653,6 +653,15 @@ def test_calibrating_probes_are_counted_for_the_width_whatever_each_calls_rule(c
     assert drafted[:3] == [False, False, True] and _calibrated(model, drafter, 4)
 
 
+def test_tables_that_last_one_call_are_calibrated_by_the_loop_at_once_above_one_row_too():
+    """A drafter that cannot be weakly referenced has cost tables for its call only: above one row too, its calls draft
+    and calibrate at once (plain calls waiting for probes counted across calls would never draft)."""
+    unhashable = []  # as a dataclass drafter without `eq=False` or `__weakref__` would be
+    schedule = DraftLengthSchedule(WeakKey(), unhashable, 2, (1, 0.0, False), torch.device("cpu"))
+    assert not schedule._tables_kept
+    assert schedule.drafts_this_call(4) and schedule._calibration_probed is None
+
+
 def test_a_calibration_reopened_above_its_cap_is_timed_by_the_loop_at_once(clock):
     """A width whose calibration stopped at its cap and was reopened (a rule expecting more tokens) was found worth
     drafting up to the cap: above one row too, its calls draft to time the widths above it, without plain calls
@@ -666,7 +675,8 @@ def test_a_calibration_reopened_above_its_cap_is_timed_by_the_loop_at_once(clock
 def test_calls_whose_rows_finish_at_their_first_iteration_are_chosen_by_their_timings(clock):
     """Three of four rows end at their first token: every call goes on at batch width 1 after its first iteration,
     which is untimed, so the width-4 table is never timed: its calls decode plainly, and the drafting calls run among
-    them as probes, which would calibrate it, count as idle (after `_MAX_IDLE_CALLS` the calls' own timings decide)."""
+    them as probes, which would calibrate it, count as idle; after `_MAX_IDLE_CALLS` of them the calls' own timings
+    decide (drafting first)."""
     model = build_verifier("bart")
     inputs = make_source_batch(4, seed=0, pad_token_id=model.config.pad_token_id)
     firsts = model.generate(**inputs, **GREEDY, max_new_tokens=12)[:, 1].tolist()
@@ -674,14 +684,22 @@ def test_calls_whose_rows_finish_at_their_first_iteration_are_chosen_by_their_ti
     assert firsts.count(model.generation_config.eos_token_id) == 3, "precondition (this seed): three rows end at once"
     reference = model.generate(**inputs, **GREEDY, max_new_tokens=12)
     drafter = OracleDrafter(reference, VOCAB_SIZE, 4, "half")
-    for _ in range(8):
-        assert torch.equal(_generate_auto(model, inputs, drafter, max_new_tokens=12).sequences, reference)
+
+    def call_choices() -> dict:
+        return draft_length._ACCEPTANCE.get(drafter, {}).get(model, {}).get(("greedy", 1, 0.0), (None, {}))[1]
+
+    kinds = ""
+    while (4, "cpu", 4) not in call_choices():  # plain calls, and drafting ones as probes, until the calls decide
+        assert len(kinds) < 60
+        output = _generate_auto(model, inputs, drafter, max_new_tokens=12)
+        assert torch.equal(output.sequences, reference)
+        kinds += "D" if output.speculative_stats.drafter_calls else "."
     table = draft_length._COST_TABLES[drafter][model][(4, "cpu", 4)]
     assert table.calibration is not None and not any(table.calibration.seen)  # never timed
-    _, call_choices = draft_length._ACCEPTANCE[drafter][model][("greedy", 1, 0.0)]
-    assert (4, "cpu", 4) not in call_choices  # no choice made yet
-    # `..D..D..`: plain calls timed for the calibration, two probes that timed none of its forwards
-    assert len(table.calibration.plain_call_steps) == 6 and table.calibration.idle_calls == 2
+    # the probes timed none of its forwards, `_MAX_IDLE_CALLS` of them: the last call was chosen, drafting, and timed
+    assert kinds.count("D") == draft_length._MAX_IDLE_CALLS + 1 and kinds.endswith("D"), kinds
+    assert table.calibration.idle_calls == draft_length._MAX_IDLE_CALLS + 1  # the chosen call timed none either
+    assert len(call_choices()[(4, "cpu", 4)].drafting_call_steps) == 1
 
 
 def test_calls_of_a_short_length_budget_calibrate_what_they_reach_and_are_then_chosen(clock):

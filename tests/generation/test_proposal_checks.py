@@ -102,8 +102,9 @@ def test_faulty_proposals_name_the_drafter(bart, inputs, fault, kwargs, match):
 )
 def test_a_fault_that_appears_after_the_first_call_is_the_same_clear_error(bart, inputs, fault, kwargs, match, clock):
     """Values are checked at every call: a late fault is refused as the first call's would be, not left to torch.
-    (`clock`: with `"auto"`, the schedule's timings do not depend on the machine's load, so it keeps drafting and the
-    drafter reaches its spoilt call; on the machine's clock a loaded machine can make it step without drafting.)"""
+    (`clock`: with `"auto"`, the schedule's timings do not depend on the machine's load, so its drafting calls (above
+    one row probes among plain calls) reach the spoilt call; on the machine's clock a loaded machine can make them step
+    without drafting.)"""
     drafter = FaultyDrafter(bart.generate(**inputs, **{**GREEDY, "max_new_tokens": 24}), fault, from_call=3)
     with pytest.raises(ValueError, match=match) as error:
         # `"auto"` above one row decodes plainly (the drafter not called) until a drafting call runs as a probe
