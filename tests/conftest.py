@@ -237,7 +237,7 @@ def counted_fp16_calls(monkeypatch):
 
 @pytest.fixture
 def host_settlements(monkeypatch):
-    """The iterations the loop settled on the host (`host_outcome.settle_on_host`, wrapped, its results kept), one
+    """The iterations the loop settled on the host (`host_outcome.settle_on_host`, wrapped to count its calls), one
     entry each: a test checks with it which path ran."""
     from specdec_hf.generation import speculative_loop
 

@@ -620,10 +620,9 @@ class DraftLengthSchedule:
         self._timed_width = max_draft_tokens
         # the key of the table this call started while it was calibrated (`observe_drafting_call`)
         self._calibrating_key: tuple | None = None
-        # above one row, the calibration this call decodes for while its width's table is first calibrated (plainly,
-        # or drafting as a probe that calibrates it: `_probes_calibration`)
+        # above one row, the calibration this call decodes for while its width's table is first calibrated: plainly,
+        # or, if it drafts, as a probe that calibrates it
         self._calibration_probed: ForwardCalibration | None = None
-        self._probes_calibration = False
 
     def _table_key(self, rows: int) -> tuple:
         return (_rows_bucket(rows), self._device_name, self.max_draft_tokens)
@@ -689,8 +688,7 @@ class DraftLengthSchedule:
         if table is None:
             table = self._tables[key] = IterationCostTable.uncalibrated(self.max_draft_tokens)
         self._calibration_probed = table.calibration
-        self._probes_calibration = table.calibration.probe_due()
-        return self._probes_calibration
+        return table.calibration.probe_due()
 
     def _reopen_if_paying(self, table: IterationCostTable) -> None:
         """Calibrate `table` above its cap where the cap's width may pay by this rule's acceptance counts."""
@@ -754,7 +752,7 @@ class DraftLengthSchedule:
         if steps > 0 and self._call_choices_now is not None:
             self._call_choices_now.record(self._call, True, (_clock() - self._call_started) / steps)
         table = None if self._calibrating_key is None else self._tables.get(self._calibrating_key)
-        if steps > 0 and self._probes_calibration:
+        if steps > 0 and self._calibration_probed is not None:  # a drafting call with it: a probe
             self._calibration_probed.record_probe((_clock() - self._call_started) / steps)
         if table is not None and table.calibration is not None:  # still calibrated: did anything time it?
             table.calibration.count_call()
