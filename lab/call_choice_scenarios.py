@@ -183,6 +183,17 @@ def scenarios() -> list[tuple[str, str, int, object]]:
             lambda r, n=calls: steady(n, 1.25, 0.1, r),
         )
 
+    for ratio in (0.8, 1.25):
+        # one row (batch 1), the table's acceptance counts from the process's first rows: the main job's first, its
+        # longest and hardest, made it expect plain calls while drafting ones ran 0.8 times their time per step
+        for calls in (40, 100):
+            add(
+                f"one row's first {calls} calls, the table expecting plain, drafting {ratio}",
+                "plain",
+                4,
+                lambda r, n=calls, q=ratio: (steady(n, q, 0.1, r), (1,)),
+            )
+
     def widths(r):
         calls = steady(80, 1.4, 0.1, r) + steady(15, 1.4, 0.1, r, load=10.0) + steady(600, 1.4, 0.1, r)
         return calls, (16, 8, 4, 2)
