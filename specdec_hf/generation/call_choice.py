@@ -2,19 +2,17 @@
 without a drafter (every iteration a plain verifier step, no drafter set-up or call: greedy decoding's tokens,
 sampling's distribution).
 
-Which kind runs is decided by the calls themselves once three of each were timed (the time per step of the latest
-ones, each kind with all it costs around the verifier: a cost table of single iterations and a plain call's average
-do not compare alike). Before that, the caller's cost table decides (`specdec_hf.generation.draft_length`), and the
-other kind runs every other call until three of it were timed: the table's expectation is a guess (at one row its
-acceptance counts are those of the process's first rows), so the calls replace it as soon as both kinds were timed.
-From then on, the kind expected is mostly run and the other rarely, so their windows hold readings of other moments,
-and a burst of other work on the machine slows mostly the expected kind's: when the windows' means say the other kind
-is faster, the two kinds run head to head ([`HeadToHead`]: alternately, in pairs of adjacent calls that a burst slows
-alike) until the pairs settle it, and the pairs' readings then replace both windows. The kind not chosen still runs
-now and then, at growing intervals (a drafting call after 4, 8, ... 32 plain calls, after 256 while the timed
-drafting calls are clearly slower, the latest one included; a plain call after 16, 32, 64 drafting calls), so that
-both stay measured. A drafting call's own k = 0 iterations cannot stand in for plain calls: at batch > 1 they still
-re-feed the rows that advanced unevenly.
+Which kind runs is decided by the calls themselves once three of each were timed (the time per step of the latest ones,
+each kind with all it costs around the verifier: a cost table of single iterations and a plain call's average do not
+compare alike). The kind expected is mostly run and the other rarely, so their windows hold readings of other moments,
+and a burst of other work on the machine slows mostly the expected kind's: when the windows' means say the other kind is
+faster, the two kinds run head to head ([`HeadToHead`]: alternately, in pairs of adjacent calls that a burst slows
+alike) until the pairs settle it, and the pairs' readings then replace both windows. Before three of each were timed,
+the caller's cost table decides (`specdec_hf.generation.draft_length`). The kind not chosen still runs now and then, at
+growing intervals (a drafting call after 2, 4, ... 32 plain calls, at one row every 2 until three were timed, after 256
+while the timed drafting calls are clearly slower, the latest one included; a plain call after 8, 16, ... 64 drafting
+calls, every 2 until three were timed), so that both stay measured. A drafting call's own k = 0 iterations cannot stand
+in for plain calls: at batch > 1 they still re-feed the rows that advanced unevenly.
 
 The choices ([`CallChoices`]) are kept by the caller (`DraftLengthSchedule`: per drafter, verifier, rule and cost
 table); nothing here reads a clock, so the choice is a deterministic function of the times it is given
@@ -46,7 +44,8 @@ _CLEARLY_SLOWER_SHARE = 0.1
 # drafting calls before one is decoded plainly, to keep plain decoding's cost measured; doubling likewise
 _FIRST_PLAIN_PROBE_INTERVAL = 8
 _MAX_PLAIN_PROBE_INTERVAL = 64
-# ... but, whichever kind is expected, the other every this many calls until `_MIN_TIMED_CALLS` of it were timed
+# ... but every this many calls until `_MIN_TIMED_CALLS` plain calls were timed (and drafting ones, with
+# `CallChoices.drafting_warm_up`)
 _WARM_UP_PROBE_INTERVAL = 2
 # calls of each kind timed before their measured costs per step decide between them
 _MIN_TIMED_CALLS = 3
@@ -219,13 +218,14 @@ class CallChoices:
             the loop, per step of output). Both are kept per rule: what drafts are worth depends on it, and sampling's
             plain steps cost more than greedy's.
         drafting_expected (`bool`, *optional*): The kind expected to be faster (`None` before the first call).
-        expected_by_calls (`bool`): Whether that kind was chosen by timed calls (else by the caller's cost table).
+        drafting_warm_up (`bool`): Whether drafting calls run every 2 calls until three were timed while plain ones
+            are expected, as plain calls do while drafting ones are (the schedule's choices at one row).
     """
 
     plain_call_steps: deque = field(default_factory=lambda: deque(maxlen=_RECENT_CALLS))
     drafting_call_steps: deque = field(default_factory=lambda: deque(maxlen=_RECENT_CALLS))
     drafting_expected: bool | None = None
-    expected_by_calls: bool = False
+    drafting_warm_up: bool = False
     since_probe: int = 0
     probe_interval: int = _FIRST_CALL_PROBE_INTERVAL
     # the head-to-head under way, and the calls of the expected kind timed since the last one ended
@@ -253,15 +253,15 @@ class CallChoices:
 
         Once at least `_MIN_TIMED_CALLS` of each kind were timed, the faster kind is expected from the calls
         themselves (the means of the latest ones' times per step: both measured alike, each with all it costs around
-        the verifier): at once the first time, then a change of the expected kind settled head to head
-        ([`HeadToHead`]; the next one only after `_FRESH_CALLS` calls of the kind then expected); before that,
-        `drafting_by_table(plain_call_steps)` says whether drafting is expected to pay (the caller's cost table, given
-        the plain calls timed so far). The other kind runs now and then so that both stay measured: every 2 calls
-        until three of it were timed, then a drafting call after 4, 8, ... 32 plain calls, a plain call after 16,
-        32, 64 drafting calls (the interval doubles after each probe once three were timed, and starts over when
-        the expected kind changes); while the timed drafting calls are clearly slower per step than the plain ones (`_clearly_slower`:
-        their means three standard errors and a tenth apart, the latest drafting call a tenth slower too), a drafting
-        call only after 256 plain ones.
+        the verifier), a change of the expected kind settled head to head ([`HeadToHead`]; the next one only after
+        `_FRESH_CALLS` calls of the kind then expected); before that, `drafting_by_table(plain_call_steps)` says
+        whether drafting is expected to pay (the caller's cost table, given the plain calls timed so far). The other
+        kind runs now and then so that both stay measured: a drafting call after 2, 4, ... 32 plain calls (with
+        `drafting_warm_up`, every 2 until three were timed), a plain call after 8, 16, ... 64 drafting calls, after
+        every 2 until three plain calls were timed (the interval doubles after each probe, once three were timed
+        where it came every 2, and starts over when the expected kind changes); while the timed drafting calls are
+        clearly slower per step than the plain ones (`_clearly_slower`: their means three standard errors and a tenth
+        apart, the latest drafting call a tenth slower too), a drafting call only after 256 plain ones.
 
         Args:
             drafting_by_table (`Callable[[Sequence[float]], bool]`): Whether the cost table expects drafting calls
@@ -287,12 +287,7 @@ class CallChoices:
             drafting = statistics.fmean(drafting_steps) < statistics.fmean(plain)
         else:
             drafting = drafting_by_table(plain)
-        if timed and not self.expected_by_calls:
-            # the first time both kinds were timed, their means replace the table's expectation at once: a
-            # head-to-head guards a kind the calls chose against a burst of other work, and the table's choice is no
-            # measurement of the calls (at one row, its acceptance counts are those of the process's first rows)
-            self.expected_by_calls = True
-        elif self.drafting_expected is not None and timed and drafting != self.drafting_expected:
+        if self.drafting_expected is not None and timed and drafting != self.drafting_expected:
             # the windows' means say the other kind: settled head to head, unless fewer than `_FRESH_CALLS` calls of
             # the expected kind were timed since the last one ended
             drafting = self.drafting_expected
@@ -305,17 +300,18 @@ class CallChoices:
         if not drafting and _clearly_slower(drafting_steps, plain):
             interval = max(interval, _CLEARLY_SLOWER_PROBE_INTERVAL)
         other_timed = len(plain if drafting else drafting_steps)
-        if other_timed < _MIN_TIMED_CALLS:
-            # the cost table can be wrong either way: its drafting iterations can look cheaper than drafting calls are
-            # (docs/RESULTS.md: a batch width of one call a pass, its rows the longest, drafted at 0.8x greedy), and
-            # its acceptance counts, before drafting calls were timed, are those of the process's first rows (the
-            # main job's longest and hardest: its first drafts accepted 38% of the time, 61% over the pass, and its
-            # first 36 calls decoded plainly): the calls settle it soon
+        # until three calls of the other kind were timed it runs every 2 calls: the cost table can be wrong either way.
+        # Its drafting iterations can look cheaper than drafting calls are (docs/RESULTS.md: a batch width of one call
+        # a pass, its rows the longest, drafted at 0.8x greedy); at one row (`drafting_warm_up`) its acceptance
+        # counts are those of the process's first rows (the main job's longest and hardest: first drafts accepted 38%
+        # of the time, 61% over the pass, and the pass's first 36 calls decoded plainly). Above one row a plain
+        # expectation stands on timed plain calls, and a drafting call can cost several plain ones: probes double
+        warming_up = other_timed < _MIN_TIMED_CALLS and (drafting or self.drafting_warm_up)
+        if warming_up:
             interval = min(interval, _WARM_UP_PROBE_INTERVAL)
         if self.since_probe >= interval:
             self.since_probe = 0
-            # the interval starts doubling once three calls of the other kind were timed
-            if other_timed + 1 >= _MIN_TIMED_CALLS:
+            if not warming_up or other_timed + 1 >= _MIN_TIMED_CALLS:
                 limit = _MAX_PLAIN_PROBE_INTERVAL if drafting else _MAX_CALL_PROBE_INTERVAL
                 self.probe_interval = min(2 * self.probe_interval, limit)
             return ChosenCall(not drafting)

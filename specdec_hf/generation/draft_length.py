@@ -673,7 +673,11 @@ class DraftLengthSchedule:
         else:
             drafting_by_table = functools.partial(self._table_expects_drafting, table, width, key)
         self._table = table
-        choices = self._call_choices.setdefault(key, CallChoices())
+        choices = self._call_choices.get(key)
+        if choices is None:
+            # at one row, drafting calls too are timed early: the table's plain step there is the verifier's forward
+            # alone and its acceptance counts those of the process's first rows
+            choices = self._call_choices[key] = CallChoices(drafting_warm_up=key[0] == 1)
         self._call_choices_now = choices
         self._call = choices.next_call(drafting_by_table)
         return self._call.drafts

@@ -25,7 +25,7 @@ def test_a_call_decides_from_the_tables_and_counts_of_its_width():
     table.drafting_recent.append((1, 1.6))
     schedule.acceptance.update(2, [0] * 50)  # drafts never accepted: no k beats a plain forward of 1.0
     decisions = [schedule.drafts_this_call(1) for _ in range(12)]
-    assert decisions == [False, False, True] * 4  # a drafting call after every 2 until three were timed (none is)
+    assert decisions == [False, False, True] * 4  # at one row a drafting call after every 2 until three were timed
     choices = schedule._call_choices[(1, "cpu", 2)]
     choices.drafting_call_steps.extend([1.6, 1.6, 1.6])  # three timed: the next after 2, then 4, 8
     decisions = [schedule.drafts_this_call(1) for _ in range(15)]
@@ -104,16 +104,15 @@ def test_calls_slowed_by_a_burst_of_other_work_do_not_decide_after_it(clock):
     assert after.count("D") <= 8  # a few probes at most
 
 
-def test_the_first_timed_calls_replace_the_cost_table_and_later_changes_go_head_to_head(clock):
+def test_timed_calls_decide_over_the_cost_table_head_to_head(clock):
     """The table expects drafting to pay, but drafting calls take 1.25 times a plain call per step. Above one row the
     table judges only once a plain call was timed (its k = 0 iterations are no plain call's steps), so the first call
-    is plain; then plain calls run after every 2 drafting ones until three were timed, and the calls' means replace
-    the table's expectation at once: plain decoding takes over. Once drafting calls become faster, the probes of
-    drafting find it and, after a head-to-head (the two kinds alternately, drafting first, then in turn which goes
-    first: `D..DD..D`), drafting takes over."""
+    is plain; then plain calls run after every 2 drafting ones until three were timed, the two kinds then run
+    alternately (plain first, then in turn which goes first: `.DD..DD.`) and plain decoding takes over. Once drafting
+    calls become faster, the probes of drafting find it and, after another head-to-head, drafting takes over."""
     keys = _process_expecting("drafting")
     kinds = _choose_calls(clock, keys, [(1.0, 1.25)] * 60)
-    assert kinds == "." + "DD." * 2 + "." * 53
+    assert kinds == "." + "DD." * 2 + ".DD..DD." + "." * 45
     kinds = _choose_calls(clock, keys, [(1.0, 0.8)] * 600)
     assert kinds[:200] == "." * 200  # clearly slower: a drafting call only after 256 plain ones
     switch = kinds.index("D..DD..D")  # a head-to-head, drafting challenging
@@ -125,11 +124,9 @@ def test_the_first_timed_calls_replace_the_cost_table_and_later_changes_go_head_
 def test_one_slow_call_right_after_a_head_to_head_does_not_start_another(clock):
     """Both kinds' windows hold only a head-to-head's readings after it: the means of the expected kind's window
     start another only once it holds `_FRESH_CALLS` calls of its own, not at the first slow one."""
-    keys = _process_expecting("plain")
-    kinds = _choose_calls(clock, keys, [(1.0, 0.9)] * 12 + [(1.0, 1.25)] * 16)
-    # a drafting call after every 2 until three were timed, whose means replace the table's expectation at once; once
-    # drafting calls slow down, three of them bring their mean above the plain ones', then a head-to-head, then plain
-    assert kinds == "..D" * 3 + "DDD" + "DDD" + ".DD..DD." + "." * 5
+    keys = _process_expecting("drafting")
+    kinds = _choose_calls(clock, keys, [(1.0, 1.25)] * 20)
+    assert kinds.endswith(".DD..DD." + "." * 5)  # a head-to-head, then plain
     # seven plain calls at 1 and one at 3.5: the plain window's mean above the drafting window's 1.25 for two calls
     kinds = _choose_calls(clock, keys, [(3.5, 1.25)] + [(1.0, 1.25)] * 10)
     assert kinds.startswith(".") and "DD" not in kinds, kinds  # probes of drafting, but no head-to-head
@@ -244,9 +241,7 @@ def test_a_head_to_head_of_calls_not_timed_ends_without_a_verdict():
     assert not schedule.drafts_this_call(1)
     choices = schedule._call_choices[(1, "cpu", 2)]
     choices.plain_call_steps.extend([1.0, 1.1, 1.0])
-    choices.drafting_call_steps.extend([1.4, 1.3, 1.4])
-    assert not schedule.drafts_this_call(1)  # the timed calls agree: plain, chosen by them
-    choices.drafting_call_steps.extend([0.5] * 4)  # drafting faster on the means now: a head-to-head
+    choices.drafting_call_steps.extend([0.8, 0.7, 0.8])  # drafting faster on the means: a head-to-head
     decisions = [schedule.drafts_this_call(1) for _ in range(12)]
     assert decisions == [True, False, False, True] * 3
     assert choices.head_to_head is not None

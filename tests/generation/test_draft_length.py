@@ -893,9 +893,12 @@ def test_a_call_where_drafting_cannot_pay_decodes_plainly_and_probes_now_and_the
         output = _generate_auto(model, inputs, drafter, max_new_tokens=30, output_scores=True)
         assert torch.equal(output.sequences, reference.sequences)
         drafted_calls.append(output.speculative_stats.drafter_calls > 0)
-    # plain calls, with a probe of drafting after every 2 until three were timed; then the calls' own times show the
-    # drafting ones clearly slower, and the next probe waits
-    assert drafted_calls == [False, False, True] * 3 + [False] * 7
+    # plain calls, with a probe of drafting after 2, then after 4 more (the interval doubles), at one row after every 2
+    # until three were timed; then the calls' own times show the drafting ones clearly slower, and the next waits
+    if batch_size == 1:
+        assert drafted_calls == [False, False, True] * 3 + [False] * 7
+    else:
+        assert drafted_calls == [False, False, True, False, False, False, False, True] + [False] * 8
     plain = output.speculative_stats
     pad = model.generation_config.pad_token_id
     generated = reference.sequences[:, 1:]
