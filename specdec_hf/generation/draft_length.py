@@ -16,16 +16,16 @@ iteration; this module chooses it from two measured things:
 - **what the drafts are worth** ([`AcceptanceEstimate`]): how often the first i drafts were all accepted so far by
   this verifier and drafter under this rule (kept for the process, so that the next `generate()` starts informed).
 
-Each iteration takes the k that maximises expected tokens per second, ``(1 + Σ_{i<k} P(first i+1 accepted)) /
-cost(k)``, as last chosen (chosen again every few iterations of a call, and when its cost table or length limit
-changes); k = 0 costs a verifier step without a drafter call. A calibrated forward alone is not enough: a draft more
-costs the loop more than it costs the verifier's forward, and the forward's own differences between adjacent widths
-are within a timing's noise, so without the measured cost per draft every draft looks free and the largest k wins.
-While k = 0 wins, drafting is probed now and then at the best k ≥ 1, with growing intervals, so that a drafter whose
-drafts start to pay is found again. The choice is a pure function of the costs and acceptance counts when it is made
-([`choose_draft_length`]), the neighbouring k then placed by the table's count of drafting iterations, so it is
-deterministic for given measurements; it never looks at the drafts being verified, so β=1 stays exactly greedy and
-speculative sampling keeps its distribution whatever k is chosen.
+Each iteration takes the k that maximises expected tokens per second, ``(1 + Σ_{i<k} P(first i+1 accepted)) / cost(k)``,
+as last chosen (chosen again every few iterations of a call, and when its cost table or length limit changes); k = 0
+costs a verifier step without a drafter call (not taken in a call that the call choices below chose to draft: the best k
+of at least 1 there). A calibrated forward alone is not enough: a draft more costs the loop more than it costs the
+verifier's forward, and the forward's own differences between adjacent widths are within a timing's noise, so without
+the measured cost per draft every draft looks free and the largest k wins. While k = 0 wins, drafting is probed now and
+then at the best k ≥ 1, with growing intervals, so that a drafter whose drafts start to pay is found again. The choice
+is a pure function of the costs and acceptance counts when it is made ([`choose_draft_length`]), the neighbouring k then
+placed by the table's count of drafting iterations, so it is deterministic for given measurements; it never looks at the
+drafts being verified, so β=1 stays exactly greedy and speculative sampling keeps its distribution whatever k is chosen.
 
 A whole call can skip drafting ([`DraftLengthSchedule.drafts_this_call`]): the loop then runs with no drafter, every
 iteration a plain verifier step (greedy decoding's tokens; sampling's distribution, its seeded draws other than
@@ -801,8 +801,8 @@ class DraftLengthSchedule:
 
     def _chosen_k(self, table: IterationCostTable, width: int) -> int:
         """The k of an iteration whose table covers every k up to `width`: the best by its costs and the acceptance
-        counts (chosen again every few iterations), a probe of drafting now and then while k = 0 wins, and a
-        neighbour of the best k now and then."""
+        counts (chosen again every few iterations; the best k ≥ 1 in a call the call choices chose to draft), a probe
+        of drafting now and then while k = 0 wins, and a neighbour of the best k now and then."""
         # the measurements move a little with each iteration and the choice seldom: choosing costs a Python pass over
         # the readings (tens of microseconds between a step's kernels), so it is made again every few iterations
         chosen_for = self._chosen_for
@@ -820,7 +820,11 @@ class DraftLengthSchedule:
             )
             self._chosen_for, self._since_choice = (table, width), 0
         self._since_choice += 1
-        k = self._choice[0]
+        # a call the call choices chose to draft drafts at every iteration: timed calls chose it, and plain iterations
+        # there would give the call no drafting call's time, nor the acceptance counts a reading (in the main job, the
+        # process's first row, its drafts rejected 40 times in a row, turned every later drafting call into plain
+        # iterations and probes, slower than a plain call: docs/RESULTS.md)
+        k = self._choice[1] if self._call is not None and self._call.drafts else self._choice[0]
         self._probing = k == 0 and self._plain_streak >= self._probe_interval
         if self._probing:  # the best k if drafting were on: what it is worth is read at the k it would run at
             k = self._choice[1]

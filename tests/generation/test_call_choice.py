@@ -12,7 +12,7 @@ import torch
 from conftest import WeakKey
 
 from specdec_hf.generation.call_choice import CallChoices, HeadToHead, _variance
-from specdec_hf.generation.draft_length import DraftLengthSchedule, IterationCostTable
+from specdec_hf.generation.draft_length import DraftLengthSchedule, IterationCostTable, choose_draft_length
 
 pytestmark = pytest.mark.usefixtures("fresh_draft_length_measurements")
 
@@ -33,6 +33,27 @@ def test_a_call_decides_from_the_tables_and_counts_of_its_width():
     schedule.acceptance.update(2, [2] * 500)  # drafts now sure: drafting expected
     decisions = [schedule.drafts_this_call(1) for _ in range(6)]
     assert decisions == [True, True, False] * 2  # a plain call after every 2 until three were timed (none is)
+
+
+def test_a_call_chosen_to_draft_takes_a_k_of_at_least_one_at_every_iteration():
+    """Drafts never accepted make k = 0 the table's best, but a call the call choices chose to draft (here the warm-up's
+    drafting call at one row) drafts at every iteration: plain iterations would give it no drafting call's time, nor
+    the acceptance counts a reading."""
+    keys, table = (WeakKey(), WeakKey()), IterationCostTable([1.0, 1.1, 1.2])
+    kinds = []
+    for _ in range(3):  # a schedule per call, the process's measurements shared, as `generate()` makes them
+        schedule = DraftLengthSchedule(keys[0], keys[1], 2, (1, 0.0, False), torch.device("cpu"))
+        if not kinds:
+            schedule._tables[(1, "cpu", 2)] = table
+            schedule.acceptance.update(2, [0] * 50)
+        kinds.append(schedule.drafts_this_call(1))
+    assert kinds == [False, False, True]
+    assert choose_draft_length(table.iteration_seconds(2), schedule.acceptance.probabilities(2)) == 0
+    drafted = []
+    for _ in range(12):
+        drafted.append(schedule.next_k(1, 2))
+        schedule.observe([0])
+    assert min(drafted) >= 1 and schedule.acceptance.verified[0] == 50 + 12
 
 
 def _process_expecting(expected: str) -> tuple[WeakKey, WeakKey]:
