@@ -35,6 +35,23 @@ def test_a_call_decides_from_the_tables_and_counts_of_its_width():
     assert decisions == [True, True, False] * 2  # a plain call after every 2 until three were timed (none is)
 
 
+def test_at_one_row_drafting_calls_come_every_two_until_three_were_timed_then_the_interval_doubles():
+    """With `drafting_warm_up` (the schedule's choices at one row) and plain calls expected, a drafting call runs after
+    every 2 plain ones until three were timed, then after 4, 8, ... (the doubling starts at the third); without it,
+    after 2, 4, 8 from the first."""
+
+    def kinds(choices: CallChoices, calls: int) -> str:
+        made = ""
+        for _ in range(calls):
+            call = choices.next_call(lambda plain_call_steps: False)  # the table expects plain calls
+            choices.record(call, call.drafts, 1.0)  # every call timed, both kinds alike (no clear verdict)
+            made += "D" if call.drafts else "."
+        return made
+
+    assert kinds(CallChoices(drafting_warm_up=True), 23) == "..D..D..D....D........D"
+    assert kinds(CallChoices(), 23) == "..D....D........D" + "." * 6
+
+
 def test_a_call_chosen_to_draft_takes_a_k_of_at_least_one_at_every_iteration():
     """Drafts never accepted make k = 0 the table's best, but a call the call choices chose to draft (here the warm-up's
     drafting call at one row) drafts at every iteration: plain iterations would give it no drafting call's time, nor
