@@ -35,9 +35,9 @@ import torch
 from specdec_hf.generation import draft_length
 
 CPU = torch.device("cpu")
-# greedy's time over k=3's per row on the main job's 100 rows in its order (longest source first: the first rows are the
-# hardest for the drafter), min of 3 interleaved repeats each (2-core AMD EPYC, 2 threads, the shipped pair in float32
-# on its chosen kernels; 2026-12-06, a throwaway script): what drafting is worth row by row at one row
+# greedy's time over k=3's per row on the main job's 100 rows in its order (longest source first: the first rows are
+# the hardest for the drafter), min of 3 interleaved repeats each (2-core AMD EPYC, 2 threads, the shipped pair in
+# float32 on its chosen kernels; 2026-12-06, a throwaway script): what drafting is worth row by row at one row
 MAIN_JOB_ROW_SPEED_UPS = (
     0.992, 0.853, 0.977, 1.459, 1.575, 1.198, 1.219, 1.535, 1.255, 1.214, 0.928, 1.297, 1.303, 1.303, 1.335, 0.945,
     1.459, 1.354, 1.404, 1.407, 0.977, 1.078, 1.248, 1.565, 1.059, 1.150, 1.339, 1.347, 0.868, 1.351, 1.348, 1.231,
@@ -205,6 +205,12 @@ def scenarios() -> list[tuple[str, str, int, object]]:
                 4,
                 lambda r, n=calls, q=ratio: (steady(n, q, 0.1, r), (1,)),
             )
+
+    def hard_rows_first(r):
+        # one row: the first 12 rows hard for the drafter (drafting 1.35 times a plain step), then drafting pays
+        return steady(12, 1.35, 0.1, r) + steady(388, 0.8, 0.1, r), (1,)
+
+    add("one row, the first 12 rows hard (drafting 1.35), then drafting 0.8", "plain", 4, hard_rows_first)
 
     def main_job_rows(r):
         # 4 passes (the instrumented one and 3 timed repeats) over the main job's rows in its order

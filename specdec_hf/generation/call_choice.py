@@ -5,14 +5,14 @@ sampling's distribution).
 Which kind runs is decided by the calls themselves once three of each were timed (the time per step of the latest ones,
 each kind with all it costs around the verifier: a cost table of single iterations and a plain call's average do not
 compare alike). The kind expected is mostly run and the other rarely, so their windows hold readings of other moments,
-and a burst of other work on the machine slows mostly the expected kind's: when the windows' means say the other kind is
-faster, the two kinds run head to head ([`HeadToHead`]: alternately, in pairs of adjacent calls that a burst slows
+and a burst of other work on the machine slows mostly the expected kind's: when the windows' means say the other kind
+is faster, the two kinds run head to head ([`HeadToHead`]: alternately, in pairs of adjacent calls that a burst slows
 alike) until the pairs settle it, and the pairs' readings then replace both windows. Before three of each were timed,
 the caller's cost table decides (`specdec_hf.generation.draft_length`). The kind not chosen still runs now and then, at
 growing intervals (a drafting call after 2, 4, ... 32 plain calls, at one row every 2 until three were timed, after 256
-while the timed drafting calls are clearly slower, the latest one included; a plain call after 8, 16, ... 64 drafting
-calls, every 2 until three were timed), so that both stay measured. A drafting call's own k = 0 iterations cannot stand
-in for plain calls: at batch > 1 they still re-feed the rows that advanced unevenly.
+(at one row 64) while the timed drafting calls are clearly slower, the latest one included; a plain call after 8, 16,
+... 64 drafting calls, every 2 until three were timed), so that both stay measured. A drafting call's own k = 0
+iterations cannot stand in for plain calls: at batch > 1 they still re-feed the rows that advanced unevenly.
 
 The choices ([`CallChoices`]) are kept by the caller (`DraftLengthSchedule`: per drafter, verifier, rule and cost
 table); nothing here reads a clock, so the choice is a deterministic function of the times it is given
@@ -36,16 +36,19 @@ _FIRST_CALL_PROBE_INTERVAL = 2
 _MAX_CALL_PROBE_INTERVAL = 32
 # ... and while the timed drafting calls are clearly slower per step than the plain ones (their means apart by
 # `_CLEARLY_SLOWER_ERRORS` standard errors of the difference and by `_CLEARLY_SLOWER_SHARE` of the plain mean), this
-# many: a drafting call at batch 16 on a CPU took ~1.4 times a plain one of transformers' loop, and a probe every 32
-# calls cost ~1.3%
+# many above one row: a drafting call at batch 16 on a CPU took ~1.4 times a plain one of transformers' loop, and a
+# probe every 32 calls cost ~1.3%
 _CLEARLY_SLOWER_PROBE_INTERVAL = 256
+# ... at one row, this many: the first rows of a process can be its hardest for the drafter, and three drafting calls
+# among them kept plain calls for 256 calls (lab/call_choice_scenarios.py, "one row, the first 12 rows hard")
+_ONE_ROW_CLEARLY_SLOWER_PROBE_INTERVAL = 64
 _CLEARLY_SLOWER_ERRORS = 3.0
 _CLEARLY_SLOWER_SHARE = 0.1
 # drafting calls before one is decoded plainly, to keep plain decoding's cost measured; doubling likewise
 _FIRST_PLAIN_PROBE_INTERVAL = 8
 _MAX_PLAIN_PROBE_INTERVAL = 64
 # ... but every this many calls until `_MIN_TIMED_CALLS` plain calls were timed (and drafting ones, with
-# `CallChoices.drafting_warm_up`)
+# `CallChoices.one_row`)
 _WARM_UP_PROBE_INTERVAL = 2
 # calls of each kind timed before their measured costs per step decide between them
 _MIN_TIMED_CALLS = 3
@@ -218,14 +221,17 @@ class CallChoices:
             the loop, per step of output). Both are kept per rule: what drafts are worth depends on it, and sampling's
             plain steps cost more than greedy's.
         drafting_expected (`bool`, *optional*): The kind expected to be faster (`None` before the first call).
-        drafting_warm_up (`bool`): Whether drafting calls run every 2 calls until three were timed while plain ones
-            are expected, as plain calls do while drafting ones are (the schedule's choices at one row).
+        one_row (`bool`): Whether the width is one row (batch 1), where a call's time per step varies with its row
+            more than with its kind (in the main job's rows, k=3 ran 0.80-2.01 times greedy's speed row by row): while
+            plain calls are expected, drafting calls run every 2 calls until three were timed, as plain calls do while
+            drafting ones are, and while drafting calls are clearly slower, after
+            `_ONE_ROW_CLEARLY_SLOWER_PROBE_INTERVAL` plain calls (a process's first rows can be its hardest).
     """
 
     plain_call_steps: deque = field(default_factory=lambda: deque(maxlen=_RECENT_CALLS))
     drafting_call_steps: deque = field(default_factory=lambda: deque(maxlen=_RECENT_CALLS))
     drafting_expected: bool | None = None
-    drafting_warm_up: bool = False
+    one_row: bool = False
     since_probe: int = 0
     probe_interval: int = _FIRST_CALL_PROBE_INTERVAL
     # the head-to-head under way, and the calls of the expected kind timed since the last one ended
@@ -257,11 +263,12 @@ class CallChoices:
         `_FRESH_CALLS` calls of the kind then expected); before that, `drafting_by_table(plain_call_steps)` says
         whether drafting is expected to pay (the caller's cost table, given the plain calls timed so far). The other
         kind runs now and then so that both stay measured: a drafting call after 2, 4, ... 32 plain calls (with
-        `drafting_warm_up`, every 2 until three were timed), a plain call after 8, 16, ... 64 drafting calls, after
+        `one_row`, every 2 until three were timed), a plain call after 8, 16, ... 64 drafting calls, after
         every 2 until three plain calls were timed (the interval doubles after each probe, once three were timed
         where it came every 2, and starts over when the expected kind changes); while the timed drafting calls are
         clearly slower per step than the plain ones (`_clearly_slower`: their means three standard errors and a tenth
-        apart, the latest drafting call a tenth slower too), a drafting call only after 256 plain ones.
+        apart, the latest drafting call a tenth slower too), a drafting call only after 256 plain ones (64 with
+        `one_row`).
 
         Args:
             drafting_by_table (`Callable[[Sequence[float]], bool]`): Whether the cost table expects drafting calls
@@ -298,15 +305,17 @@ class CallChoices:
             self.expect(drafting)
         interval = self.probe_interval
         if not drafting and _clearly_slower(drafting_steps, plain):
-            interval = max(interval, _CLEARLY_SLOWER_PROBE_INTERVAL)
+            interval = max(
+                interval, _ONE_ROW_CLEARLY_SLOWER_PROBE_INTERVAL if self.one_row else _CLEARLY_SLOWER_PROBE_INTERVAL
+            )
         other_timed = len(plain if drafting else drafting_steps)
         # until three calls of the other kind were timed it runs every 2 calls: the cost table can be wrong either way.
         # Its drafting iterations can look cheaper than drafting calls are (docs/RESULTS.md: a batch width of one call
-        # a pass, its rows the longest, drafted at 0.8x greedy); at one row (`drafting_warm_up`) its acceptance
+        # a pass, its rows the longest, drafted at 0.8x greedy); at one row (`one_row`) its acceptance
         # counts are those of the process's first rows (the main job's longest and hardest: first drafts accepted 38%
         # of the time, 61% over the pass, and the pass's first 36 calls decoded plainly). Above one row a plain
         # expectation stands on timed plain calls, and a drafting call can cost several plain ones: probes double
-        warming_up = other_timed < _MIN_TIMED_CALLS and (drafting or self.drafting_warm_up)
+        warming_up = other_timed < _MIN_TIMED_CALLS and (drafting or self.one_row)
         if warming_up:
             interval = min(interval, _WARM_UP_PROBE_INTERVAL)
         if self.since_probe >= interval:

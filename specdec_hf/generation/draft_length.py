@@ -16,16 +16,17 @@ iteration; this module chooses it from two measured things:
 - **what the drafts are worth** ([`AcceptanceEstimate`]): how often the first i drafts were all accepted so far by
   this verifier and drafter under this rule (kept for the process, so that the next `generate()` starts informed).
 
-Each iteration takes the k that maximises expected tokens per second, ``(1 + Σ_{i<k} P(first i+1 accepted)) / cost(k)``,
-as last chosen (chosen again every few iterations of a call, and when its cost table or length limit changes); k = 0
-costs a verifier step without a drafter call (not taken in a call that the call choices below chose to draft: the best k
-of at least 1 there). A calibrated forward alone is not enough: a draft more costs the loop more than it costs the
-verifier's forward, and the forward's own differences between adjacent widths are within a timing's noise, so without
-the measured cost per draft every draft looks free and the largest k wins. While k = 0 wins, drafting is probed now and
-then at the best k ≥ 1, with growing intervals, so that a drafter whose drafts start to pay is found again. The choice
-is a pure function of the costs and acceptance counts when it is made ([`choose_draft_length`]), the neighbouring k then
-placed by the table's count of drafting iterations, so it is deterministic for given measurements; it never looks at the
-drafts being verified, so β=1 stays exactly greedy and speculative sampling keeps its distribution whatever k is chosen.
+Each iteration takes the k that maximises expected tokens per second, ``(1 + Σ_{i<k} P(first i+1 accepted)) /
+cost(k)``, as last chosen (chosen again every few iterations of a call, and when its cost table or length limit
+changes); k = 0 costs a verifier step without a drafter call (not taken in a call that the call choices below chose to
+draft: the best k of at least 1 there). A calibrated forward alone is not enough: a draft more costs the loop more than
+it costs the verifier's forward, and the forward's own differences between adjacent widths are within a timing's noise,
+so without the measured cost per draft every draft looks free and the largest k wins. While k = 0 wins, drafting is
+probed now and then at the best k ≥ 1, with growing intervals, so that a drafter whose drafts start to pay is found
+again. The choice is a pure function of the costs and acceptance counts when it is made ([`choose_draft_length`]), the
+neighbouring k then placed by the table's count of drafting iterations, so it is deterministic for given measurements;
+it never looks at the drafts being verified, so β=1 stays exactly greedy and speculative sampling keeps its
+distribution whatever k is chosen.
 
 A whole call can skip drafting ([`DraftLengthSchedule.drafts_this_call`]): the loop then runs with no drafter, every
 iteration a plain verifier step (greedy decoding's tokens; sampling's distribution, its seeded draws other than
@@ -675,9 +676,9 @@ class DraftLengthSchedule:
         self._table = table
         choices = self._call_choices.get(key)
         if choices is None:
-            # at one row, drafting calls too are timed early: the table's plain step there is the verifier's forward
-            # alone and its acceptance counts those of the process's first rows
-            choices = self._call_choices[key] = CallChoices(drafting_warm_up=key[0] == 1)
+            # at one row, drafting calls too are timed early (the table's plain step there is the verifier's forward
+            # alone and its acceptance counts those of the process's first rows), and probed sooner once clearly slower
+            choices = self._call_choices[key] = CallChoices(one_row=key[0] == 1)
         self._call_choices_now = choices
         self._call = choices.next_call(drafting_by_table)
         return self._call.drafts

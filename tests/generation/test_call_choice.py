@@ -36,7 +36,7 @@ def test_a_call_decides_from_the_tables_and_counts_of_its_width():
 
 
 def test_at_one_row_drafting_calls_come_every_two_until_three_were_timed_then_the_interval_doubles():
-    """With `drafting_warm_up` (the schedule's choices at one row) and plain calls expected, a drafting call runs after
+    """With `one_row` (the schedule's choices at one row) and plain calls expected, a drafting call runs after
     every 2 plain ones until three were timed, then after 4, 8, ... (the doubling starts at the third); without it,
     after 2, 4, 8 from the first."""
 
@@ -48,14 +48,14 @@ def test_at_one_row_drafting_calls_come_every_two_until_three_were_timed_then_th
             made += "D" if call.drafts else "."
         return made
 
-    assert kinds(CallChoices(drafting_warm_up=True), 23) == "..D..D..D....D........D"
+    assert kinds(CallChoices(one_row=True), 23) == "..D..D..D....D........D"
     assert kinds(CallChoices(), 23) == "..D....D........D" + "." * 6
 
 
 def test_a_call_chosen_to_draft_takes_a_k_of_at_least_one_at_every_iteration():
-    """Drafts never accepted make k = 0 the table's best, but a call the call choices chose to draft (here the warm-up's
-    drafting call at one row) drafts at every iteration: plain iterations would give it no drafting call's time, nor
-    the acceptance counts a reading."""
+    """Drafts never accepted make k = 0 the table's best, but a call the call choices chose to draft (here the
+    warm-up's drafting call at one row) drafts at every iteration: plain iterations would give it no drafting call's
+    time, nor the acceptance counts a reading."""
     keys, table = (WeakKey(), WeakKey()), IterationCostTable([1.0, 1.1, 1.2])
     kinds = []
     for _ in range(3):  # a schedule per call, the process's measurements shared, as `generate()` makes them
@@ -290,28 +290,44 @@ def test_a_head_to_head_of_calls_not_timed_ends_without_a_verdict():
 def test_drafting_calls_clearly_slower_than_plain_ones_are_probed_rarely():
     """Drafting calls timed slower per step than plain ones by more than their noise explains (as at batch 16 on a
     CPU) are probed after 256 plain calls instead of 2, 4, ... 32; once a probe makes the difference unclear, the
-    doubling intervals apply again."""
+    doubling intervals apply again. (At one row after 64: the next test.)"""
     schedule = DraftLengthSchedule(object, None, 2, (1, 0.0, False), torch.device("cpu"))
-    schedule._tables[(1, "cpu", 2)] = IterationCostTable([1.0, 1.1, 1.2])
+    schedule._tables[(16, "cpu", 2)] = IterationCostTable([1.0, 1.1, 1.2])
     schedule.acceptance.update(2, [0] * 50)  # the table expects plain calls
-    assert not schedule.drafts_this_call(1)
-    choices = schedule._call_choices[(1, "cpu", 2)]
+    assert not schedule.drafts_this_call(16)
+    choices = schedule._call_choices[(16, "cpu", 2)]
     choices.plain_call_steps.extend([1.0, 1.1, 1.0])
     choices.drafting_call_steps.extend([1.4, 1.45, 1.35])  # 0.37 slower on the mean, 8 standard errors
-    decisions = [schedule.drafts_this_call(1) for _ in range(256)]
+    decisions = [schedule.drafts_this_call(16) for _ in range(256)]
     assert decisions == [False] * 255 + [True]  # the first call above counted towards the interval
     choices.drafting_call_steps.append(1.0)  # that probe ran at plain speed (and the means are 2.5 errors apart)
-    decisions = [schedule.drafts_this_call(1) for _ in range(5)]
+    decisions = [schedule.drafts_this_call(16) for _ in range(5)]
     assert decisions == [False] * 4 + [True]  # the interval doubled after the probe, from 2 to 4
     choices.drafting_call_steps.extend([1.4, 1.45, 1.35, 1.4])  # clearly slower again, then a fast probe
-    assert not any(schedule.drafts_this_call(1) for _ in range(255))
+    assert not any(schedule.drafts_this_call(16) for _ in range(255))
     choices.drafting_call_steps.append(1.02)  # the means still 5 errors apart, but the latest call is not slower
-    assert schedule.drafts_this_call(1)  # the doubling intervals at once: 255 calls since the last probe exceed 8
+    assert schedule.drafts_this_call(16)  # the doubling intervals at once: 255 calls since the last probe exceed 8
     choices.plain_call_steps.extend([1.0] * 13)
     # the latest a tenth slower and the means 5 errors apart, but less than a tenth
     choices.drafting_call_steps.extend([1.05, 1.06, 1.05] * 5 + [1.2])
-    decisions = [schedule.drafts_this_call(1) for _ in range(17)]
+    decisions = [schedule.drafts_this_call(16) for _ in range(17)]
     assert decisions == [False] * 16 + [True]
+
+
+def test_at_one_row_clearly_slower_drafting_calls_are_probed_after_64_plain_ones():
+    """A process's first rows can be its hardest for the drafter: at one row, drafting calls timed clearly slower are
+    probed after 64 plain calls, not 256; a probe that runs fast brings back the doubling intervals at once."""
+    choices = CallChoices(one_row=True)
+    drafting_steps = iter([1.4] * 4 + [0.9] * 2)  # the warm-up's three and the first probe slow, then fast ones
+    made = ""
+    for _ in range(9 + 65 + 65 + 17):
+        call = choices.next_call(lambda plain_call_steps: False)  # the table expects plain calls
+        choices.record(call, call.drafts, next(drafting_steps) if call.drafts else 1.0)
+        made += "D" if call.drafts else "."
+    # the warm-up, then 64 plain calls and a slow probe, 64 more and a fast one, after which the doubling interval
+    # applies at once (2 doubled at the warm-up's third probe and at each probe since: 16)
+    assert made[:9] == "..D..D..D" and made[9:74] == "." * 64 + "D"
+    assert made[74:139] == "." * 64 + "D" and made[139:] == "." * 16 + "D"
 
 
 def test_a_drafting_call_is_timed_per_step_whole_unless_its_width_was_calibrated(clock):
