@@ -118,9 +118,18 @@ def _fp16_weight_operators() -> _Fp16WeightOperators | None:
 
 def _probe_fp16_weight_operators() -> _Fp16WeightOperators | None:
     try:
-        # the overloads, not their packets: a packet's call looks for Python dispatch on every call
+        # the overloads' operators (`OpOverload.op`), not the overloads or their packets: the linear takes a packed
+        # object (a TorchBind class), and such an overload's call looks for fake script objects among its arguments
+        # (tracing, which never reaches these calls) on every call, about a microsecond of a small layer's ten
+        # (`getattr`: a torch without the attribute keeps the overloads' calls, and the kernel)
         operators = _Fp16WeightOperators(
-            torch.ops.quantized.linear_prepack_fp16.default, torch.ops.quantized.linear_dynamic_fp16.default
+            *(
+                getattr(overload, "op", overload)
+                for overload in (
+                    torch.ops.quantized.linear_prepack_fp16.default,
+                    torch.ops.quantized.linear_dynamic_fp16.default,
+                )
+            )
         )
         generator = torch.Generator().manual_seed(0)
         weight, bias, inputs = (torch.randn(shape, generator=generator) for shape in ((3, 4), 3, (2, 4)))

@@ -647,3 +647,15 @@ def test_a_strided_expanded_or_broadcast_bias_keeps_nn_linear_results(monkeypatc
     assert prepacked_linear_module._onednn_operators() is not None
     operators = "_fp16_operators" if kernel == prepacked_linear_module.FP16_WEIGHTS else "_operators"
     assert getattr(prepacked_linear_module, operators) is not None
+
+
+def test_the_float16_kernel_calls_the_overloads_operators_not_the_overloads(monkeypatch):
+    """An `OpOverload`'s call scans its arguments for fake script objects on every call (tracing only): the layer
+    calls the overload's operator (`OpOverload.op`) itself, which computes the same."""
+    monkeypatch.setattr(prepacked_linear_module, "_fp16_operators", prepacked_linear_module._UNPROBED)
+    operators = prepacked_linear_module._fp16_weight_operators()
+    if operators is None:
+        pytest.skip("FBGEMM's float16-weight operators do not run here")
+    overloads = (torch.ops.quantized.linear_prepack_fp16.default, torch.ops.quantized.linear_dynamic_fp16.default)
+    assert not any(isinstance(operator, torch._ops.OpOverload) for operator in operators)
+    assert (operators.prepack, operators.linear) == tuple(overload.op for overload in overloads)
