@@ -206,6 +206,15 @@ def scenarios() -> list[tuple[str, str, int, object]]:
                 lambda r, n=calls, q=ratio: (steady(n, q, 0.1, r), (1,)),
             )
 
+    for calls in (1000, 3000):
+        # one row, a drafter that never pays (the untrained drafter, the summarization pair's): what its probes cost
+        add(
+            f"one row, {calls} calls, the table expecting plain, drafting 1.25",
+            "plain",
+            4,
+            lambda r, n=calls: (steady(n, 1.25, 0.1, r), (1,)),
+        )
+
     def hard_rows_first(r):
         # one row: the first 12 rows hard for the drafter (drafting 1.35 times a plain step), then drafting pays
         return steady(12, 1.35, 0.1, r) + steady(388, 0.8, 0.1, r), (1,)
