@@ -220,6 +220,14 @@ def scenarios() -> list[tuple[str, str, int, object]]:
         return steady(12, 1.35, 0.1, r) + steady(388, 0.8, 0.1, r), (1,)
 
     add("one row, the first 12 rows hard (drafting 1.35), then drafting 0.8", "plain", 4, hard_rows_first)
+    for hard in (100, 250):
+        # ... hard for longer: where the one-row probe interval's doubling (64, 128, 256) finds the change later
+        add(
+            f"one row, the first {hard} rows hard (drafting 1.35), then drafting 0.8",
+            "plain",
+            4,
+            lambda r, n=hard: (steady(n, 1.35, 0.1, r) + steady(1000 - n, 0.8, 0.1, r), (1,)),
+        )
 
     def main_job_rows(r):
         # 4 passes (the instrumented one and 3 timed repeats) over the main job's rows in its order

@@ -10,9 +10,9 @@ is faster, the two kinds run head to head ([`HeadToHead`]: alternately, in pairs
 alike) until the pairs settle it, and the pairs' readings then replace both windows. Before three of each were timed,
 the caller's cost table decides (`specdec_hf.generation.draft_length`). The kind not chosen still runs now and then, at
 growing intervals (a drafting call after 2, 4, ... 32 plain calls, at one row every 2 until three were timed, after 256
-(at one row 64, 128, then 256) while the timed drafting calls are clearly slower, the latest one included; a plain
-call after 8, 16, ... 64 drafting calls, every 2 until three were timed), so that both stay measured. A drafting call's
-own k = 0 iterations cannot stand in for plain calls: at batch > 1 they still re-feed the rows that advanced unevenly.
+(at one row 64) while the timed drafting calls are clearly slower, the latest one included; a plain call after 8, 16,
+... 64 drafting calls, every 2 until three were timed), so that both stay measured. A drafting call's own k = 0
+iterations cannot stand in for plain calls: at batch > 1 they still re-feed the rows that advanced unevenly.
 
 The choices ([`CallChoices`]) are kept by the caller (`DraftLengthSchedule`: per drafter, verifier, rule and cost
 table); nothing here reads a clock, so the choice is a deterministic function of the times it is given
@@ -39,10 +39,8 @@ _MAX_CALL_PROBE_INTERVAL = 32
 # many above one row: a drafting call at batch 16 on a CPU took ~1.4 times a plain one of transformers' loop, and a
 # probe every 32 calls cost ~1.3%
 _CLEARLY_SLOWER_PROBE_INTERVAL = 256
-# ... at one row, this many first, doubling after each such probe up to the above: the first rows of a process can be
-# its hardest for the drafter, and three drafting calls among them kept plain calls for 256 calls
-# (lab/call_choice_scenarios.py, "one row, the first 12 rows hard"); doubling, a drafter that never pays costs a
-# probe's loss every 256 calls after the first few, not every 64 ("one row, 3000 calls, ..." there)
+# ... at one row, this many: the first rows of a process can be its hardest for the drafter, and three drafting calls
+# among them kept plain calls for 256 calls (lab/call_choice_scenarios.py, "one row, the first 12 rows hard")
 _ONE_ROW_CLEARLY_SLOWER_PROBE_INTERVAL = 64
 _CLEARLY_SLOWER_ERRORS = 3.0
 _CLEARLY_SLOWER_SHARE = 0.1
@@ -227,8 +225,7 @@ class CallChoices:
             more than with its kind (in the main job's rows, k=3 ran 0.80-2.01 times greedy's speed row by row): while
             plain calls are expected, drafting calls run every 2 calls until three were timed, as plain calls do while
             drafting ones are, and while drafting calls are clearly slower, after
-            `_ONE_ROW_CLEARLY_SLOWER_PROBE_INTERVAL` plain calls, then twice and four times that (a process's first
-            rows can be its hardest).
+            `_ONE_ROW_CLEARLY_SLOWER_PROBE_INTERVAL` plain calls (a process's first rows can be its hardest).
     """
 
     plain_call_steps: deque = field(default_factory=lambda: deque(maxlen=_RECENT_CALLS))
@@ -237,15 +234,13 @@ class CallChoices:
     one_row: bool = False
     since_probe: int = 0
     probe_interval: int = _FIRST_CALL_PROBE_INTERVAL
-    # drafting probes run in a row while drafting calls were clearly slower (the one-row interval's doublings)
-    clearly_slower_probes: int = 0
     # the head-to-head under way, and the calls of the expected kind timed since the last one ended
     head_to_head: HeadToHead | None = None
     fresh_calls: int = _FRESH_CALLS
 
     def expect(self, drafting: bool) -> None:
         """Expect `drafting` (or plain) calls from now on: the other kind's probes start over at its first interval."""
-        self.drafting_expected, self.since_probe, self.clearly_slower_probes = drafting, 0, 0
+        self.drafting_expected, self.since_probe = drafting, 0
         self.probe_interval = _FIRST_CALL_PROBE_INTERVAL if not drafting else _FIRST_PLAIN_PROBE_INTERVAL
 
     def settle(self, drafting: bool, head_to_head: HeadToHead) -> None:
@@ -272,9 +267,8 @@ class CallChoices:
         every 2 until three plain calls were timed (the interval doubles after each probe, once three were timed
         where it came every 2, and starts over when the expected kind changes); while the timed drafting calls are
         clearly slower per step than the plain ones (`_clearly_slower`: their means three standard errors and a tenth
-        apart, the latest drafting call a tenth slower too), a drafting call only after 256 plain ones (with
-        `one_row`, 64, then 128, then 256: the count of such probes starts over once drafting is not clearly slower
-        or the expected kind changes).
+        apart, the latest drafting call a tenth slower too), a drafting call only after 256 plain ones (64 with
+        `one_row`).
 
         Args:
             drafting_by_table (`Callable[[Sequence[float]], bool]`): Whether the cost table expects drafting calls
@@ -310,11 +304,10 @@ class CallChoices:
         if drafting != self.drafting_expected:
             self.expect(drafting)
         interval = self.probe_interval
-        clearly_slower = not drafting and _clearly_slower(drafting_steps, plain)
-        if clearly_slower:
-            interval = max(interval, self._clearly_slower_interval())
-        else:
-            self.clearly_slower_probes = 0
+        if not drafting and _clearly_slower(drafting_steps, plain):
+            interval = max(
+                interval, _ONE_ROW_CLEARLY_SLOWER_PROBE_INTERVAL if self.one_row else _CLEARLY_SLOWER_PROBE_INTERVAL
+            )
         other_timed = len(plain if drafting else drafting_steps)
         # until three calls of the other kind were timed it runs every 2 calls: the cost table can be wrong either way.
         # Its drafting iterations can look cheaper than drafting calls are (docs/RESULTS.md: a batch width of one call
@@ -327,24 +320,12 @@ class CallChoices:
             interval = min(interval, _WARM_UP_PROBE_INTERVAL)
         if self.since_probe >= interval:
             self.since_probe = 0
-            if clearly_slower:
-                self.clearly_slower_probes += 1
             if not warming_up or other_timed + 1 >= _MIN_TIMED_CALLS:
                 limit = _MAX_PLAIN_PROBE_INTERVAL if drafting else _MAX_CALL_PROBE_INTERVAL
                 self.probe_interval = min(2 * self.probe_interval, limit)
             return ChosenCall(not drafting)
         self.since_probe += 1
         return ChosenCall(drafting)
-
-    def _clearly_slower_interval(self) -> int:
-        """Plain calls before a drafting probe while drafting calls are clearly slower: `_CLEARLY_SLOWER_PROBE_INTERVAL`,
-        at one row `_ONE_ROW_CLEARLY_SLOWER_PROBE_INTERVAL` doubled after each such probe up to it (the first rows of a
-        process can be its hardest; a drafter that never pays costs a probe's loss every 256 calls from then on)."""
-        if not self.one_row:
-            return _CLEARLY_SLOWER_PROBE_INTERVAL
-        return min(
-            _ONE_ROW_CLEARLY_SLOWER_PROBE_INTERVAL << self.clearly_slower_probes, _CLEARLY_SLOWER_PROBE_INTERVAL
-        )
 
     @staticmethod
     def _in_head_to_head(head_to_head: HeadToHead) -> ChosenCall:

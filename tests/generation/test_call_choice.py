@@ -314,24 +314,20 @@ def test_drafting_calls_clearly_slower_than_plain_ones_are_probed_rarely():
     assert decisions == [False] * 16 + [True]
 
 
-def test_at_one_row_clearly_slower_drafting_calls_are_probed_after_64_then_128_then_256_plain_ones():
+def test_at_one_row_clearly_slower_drafting_calls_are_probed_after_64_plain_ones():
     """A process's first rows can be its hardest for the drafter: at one row, drafting calls timed clearly slower are
-    probed after 64 plain calls, then 128, then every 256 (a drafter that never pays costs less); a probe that runs
-    fast brings back the doubling intervals at once, and the next clearly slower stretch starts over at 64."""
+    probed after 64 plain calls, not 256; a probe that runs fast brings back the doubling intervals at once."""
     choices = CallChoices(one_row=True)
-    # the warm-up's three and three probes slow, a fast probe, then slow ones
-    drafting_steps = iter([1.4] * 6 + [0.9] + [1.4] * 2)
+    drafting_steps = iter([1.4] * 4 + [0.9] * 2)  # the warm-up's three and the first probe slow, then fast ones
     made = ""
-    for _ in range(9 + 65 + 129 + 257 + 257 + 33 + 65):
+    for _ in range(9 + 65 + 65 + 17):
         call = choices.next_call(lambda plain_call_steps: False)  # the table expects plain calls
         choices.record(call, call.drafts, next(drafting_steps) if call.drafts else 1.0)
         made += "D" if call.drafts else "."
-    probes = made[9:].split("D")
-    # the warm-up, then slow probes after 64, 128 and 256 plain calls, a fast one after 256; after it the doubling interval
-    # applies at once (2 doubled at the warm-up's third probe and at each probe since, up to 32), and the slow probe
-    # that follows starts the clearly slower intervals over
-    assert made[:9] == "..D..D..D" and made.endswith("D")
-    assert [len(plain) for plain in probes[:-1]] == [64, 128, 256, 256, 32, 64]
+    # the warm-up, then 64 plain calls and a slow probe, 64 more and a fast one, after which the doubling interval
+    # applies at once (2 doubled at the warm-up's third probe and at each probe since: 16)
+    assert made[:9] == "..D..D..D" and made[9:74] == "." * 64 + "D"
+    assert made[74:139] == "." * 64 + "D" and made[139:] == "." * 16 + "D"
 
 
 def test_a_drafting_call_is_timed_per_step_whole_unless_its_width_was_calibrated(clock):
