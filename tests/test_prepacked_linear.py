@@ -657,5 +657,7 @@ def test_the_float16_kernel_calls_the_overloads_operators_not_the_overloads(monk
     if operators is None:
         pytest.skip("FBGEMM's float16-weight operators do not run here")
     overloads = (torch.ops.quantized.linear_prepack_fp16.default, torch.ops.quantized.linear_dynamic_fp16.default)
+    if not all(hasattr(overload, "op") for overload in overloads):
+        pytest.skip("this torch's overloads have no `op`: the layer calls the overloads")
     assert not any(isinstance(operator, torch._ops.OpOverload) for operator in operators)
     assert (operators.prepack, operators.linear) == tuple(overload.op for overload in overloads)
