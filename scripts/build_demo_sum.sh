@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole recipe of the offline summarization pair (models/demo-sum), from Debian packages to shipped weights.
 # Each step resumes where it stopped; on a 2-core CPU, one thread each: the verifier about 3 hours, distillation
-# 15 minutes, the drafter about an hour.
+# 15 minutes, the drafter about an hour and its continuation another.
 #   bash scripts/build_demo_sum.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,9 +26,19 @@ $PY -m specdec_hf.distillation --config configs/data/debian_sum.yaml --verifier 
 
 # 4. the drafter (configs/train/debian_sum.yaml: 2,000 steps), then its export beside the verifier
 #    (a finished run is not resumed: that would evaluate and save it again)
-if [ ! -f runs/drafter_debian_sum/model.safetensors ]; then
-  resume=""; ls runs/drafter_debian_sum/checkpoint-*/training_state.json >/dev/null 2>&1 && resume="--resume_from_checkpoint latest"
-  $PY train_drafter.py --config configs/train/debian_sum.yaml --num_threads 1 $resume
+# 5. continued (configs/train/debian_sum_continue.yaml: 3,000 steps more from that export), then exported over it;
+#    once the continuation has started, step 4's export is not repeated (the continuation resumes from its checkpoints)
+if [ ! -f runs/drafter_debian_sum_continue/model.safetensors ]; then
+  if [ ! -d runs/drafter_debian_sum_continue ]; then
+    if [ ! -f runs/drafter_debian_sum/model.safetensors ]; then
+      resume=""; ls runs/drafter_debian_sum/checkpoint-*/training_state.json >/dev/null 2>&1 && resume="--resume_from_checkpoint latest"
+      $PY train_drafter.py --config configs/train/debian_sum.yaml --num_threads 1 $resume
+    fi
+    $PY scripts/export_demo_pair.py --task summarization --drafter runs/drafter_debian_sum --output_dir models/demo-sum \
+      --drafter_config configs/train/debian_sum.yaml --num_draft_tokens auto
+  fi
+  resume=""; ls runs/drafter_debian_sum_continue/checkpoint-*/training_state.json >/dev/null 2>&1 && resume="--resume_from_checkpoint latest"
+  $PY train_drafter.py --config configs/train/debian_sum_continue.yaml --num_threads 1 $resume
 fi
-$PY scripts/export_demo_pair.py --task summarization --drafter runs/drafter_debian_sum --output_dir models/demo-sum \
-  --drafter_config configs/train/debian_sum.yaml --num_draft_tokens auto
+$PY scripts/export_demo_pair.py --task summarization --drafter runs/drafter_debian_sum_continue --output_dir models/demo-sum \
+  --drafter_config configs/train/debian_sum_continue.yaml --num_draft_tokens auto

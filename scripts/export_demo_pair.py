@@ -174,11 +174,13 @@ def export_drafter(
     verifier_path: str,
     num_draft_tokens: int | str | None = None,
     training_config: Path | None = None,
+    build_script: str = "scripts/build_demo_pair.sh",
 ) -> None:
     """Save the drafter in `dtype`, pointing its config and card at the shipped verifier, with its training model card.
 
     `num_draft_tokens` (the k generate() drafts when given none, or "auto") is set when given, else kept as trained. A
-    `training_config` (the YAML of `train_drafter.py`) is named in the card, with the drafter it continued if any."""
+    `training_config` (the YAML of `train_drafter.py`) is named in the card, with the drafter it continued if any and
+    `build_script`, the pair's recipe that shows how that drafter was made."""
     drafter = SpecDrafterModel.from_pretrained(source, dtype=torch.float32)
     drafter.config.verifier_name_or_path = verifier_path
     if num_draft_tokens is not None:
@@ -194,7 +196,7 @@ def export_drafter(
             shutil.copy(source / name, target / name)
     if (target / "README.md").exists():  # the training run's card, redone for the shipped verifier
         card = target / "README.md"
-        recipe = None if training_config is None else drafter_recipe(training_config)
+        recipe = None if training_config is None else drafter_recipe(training_config, build_script)
         text = redo_drafter_card_text(card.read_text(encoding="utf-8"), verifier_path, num_draft_tokens, recipe)
         card.write_text(text, encoding="utf-8")
         refresh_drafter_card_metadata(target, verifier_path)
@@ -231,16 +233,17 @@ def redo_drafter_card_text(
     return text
 
 
-def drafter_recipe(config: Path) -> str:
-    """The card's words for how a drafter was trained: its `train_drafter.py` config, and the drafter it continued."""
+def drafter_recipe(config: Path, build_script: str) -> str:
+    """The card's words for how a drafter was trained: its `train_drafter.py` config, and the drafter it continued
+    (made by `build_script`, the pair's whole recipe)."""
     continued = (yaml.safe_load(config.read_text()) or {}).get("drafter_name_or_path")
     recipe = f"`python train_drafter.py --config {config.as_posix()}`"
     if not continued:
         return recipe + ", from the verifier's weights"
     return (
         f"{recipe}, continuing the drafter it names (`drafter_name_or_path: {continued}`; "
-        "`scripts/build_demo_pair.sh` shows how that drafter was made and runs every phase); the optimizer steps "
-        "below are this training's own"
+        f"`{build_script}` shows how that drafter was made and runs every phase); the optimizer steps below are this "
+        "training's own"
     )
 
 
@@ -343,7 +346,13 @@ def main() -> None:
         print(f"verifier: {values['params']:.1f}M parameters")
     if args.drafter is not None:
         export_drafter(
-            args.drafter, out / "drafter", dtype, str(out / "verifier"), args.num_draft_tokens, args.drafter_config
+            args.drafter,
+            out / "drafter",
+            dtype,
+            str(out / "verifier"),
+            args.num_draft_tokens,
+            args.drafter_config,
+            "scripts/build_demo_sum.sh" if summarization else "scripts/build_demo_pair.sh",
         )
     if args.assistant is not None:
         export_seq2seq(args.assistant, out / "assistant", dtype, ASSISTANT_CARD, args.assistant_config)

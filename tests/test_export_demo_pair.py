@@ -50,6 +50,7 @@ def test_exported_drafter_card_names_the_shipped_verifier_and_its_recipe(tmp_pat
     assert f"- verifier: `{SHIPPED}`" in card and "(2 unless `generate()` gets another" in card
     recipe = f"- recipe: `python train_drafter.py --config {config.as_posix()}`, continuing the drafter it names "
     assert recipe + "(`drafter_name_or_path: runs/drafter_v9_init`;" in card and "- optimizer steps: 7" in card
+    assert "`scripts/build_demo_pair.sh` shows how that drafter was made" in card
     # the metadata's data set is the one the card's text names (each task's drafter its own corpus)
     assert (
         ModelCard.load(target / "README.md").data.to_dict()["model-index"][0]["results"][0]["dataset"]["name"]
@@ -59,6 +60,18 @@ def test_exported_drafter_card_names_the_shipped_verifier_and_its_recipe(tmp_pat
     assert exported.config.verifier_name_or_path == SHIPPED and exported.config.num_draft_tokens == 2
     with safe_open(target / "model.safetensors", "pt") as weights:
         assert {weights.get_tensor(name).dtype for name in weights.keys()} == {torch.float16}
+
+
+def test_a_continued_drafter_card_names_its_pairs_recipe(tmp_path, trained_drafter, export_script):
+    """The summarization pair's continued drafter points at that pair's build script, not the translation pair's."""
+    config = tmp_path / "continued.yaml"
+    config.write_text("drafter_name_or_path: models/demo-sum/drafter\n")
+    target = tmp_path / "shipped"
+    export_script.export_drafter(
+        trained_drafter, target, torch.float16, SHIPPED, None, config, "scripts/build_demo_sum.sh"
+    )
+    card = (target / "README.md").read_text(encoding="utf-8")
+    assert "`scripts/build_demo_sum.sh` shows how that drafter was made" in card and "build_demo_pair" not in card
 
 
 def test_exported_drafter_from_scratch_says_so_and_rejects_a_bad_k(tmp_path, trained_drafter, export_script):
