@@ -24,21 +24,25 @@ $PY scripts/export_demo_pair.py --task summarization --verifier runs/demo_sum_ve
 $PY -m specdec_hf.distillation --config configs/data/debian_sum.yaml --verifier models/demo-sum/verifier \
   --split train --output_dir data/distilled/debian_sum/train --batch_size 64 --shard_size 2048 --device cpu
 
-# 4. the drafter (configs/train/debian_sum.yaml: 2,000 steps), then its export beside the verifier
-#    (a finished run is not resumed: that would evaluate and save it again)
-# 5. continued (configs/train/debian_sum_continue.yaml: 3,000 steps more from that export), then exported over it;
-#    once the continuation has started, step 4's export is not repeated (the continuation resumes from its checkpoints)
+# 4. the drafter (configs/train/debian_sum.yaml: 2,000 steps), then its export beside the verifier, kept also in
+#    runs/drafter_debian_sum_init for step 5 (a finished run is not resumed: that would evaluate and save it again)
+# 5. continued (configs/train/debian_sum_continue.yaml: 3,000 steps more from that export), then exported over it
 if [ ! -f runs/drafter_debian_sum_continue/model.safetensors ]; then
-  if [ ! -d runs/drafter_debian_sum_continue ]; then
+  if [ ! -d runs/drafter_debian_sum_init ]; then
     if [ ! -f runs/drafter_debian_sum/model.safetensors ]; then
-      resume=""; ls runs/drafter_debian_sum/checkpoint-*/training_state.json >/dev/null 2>&1 && resume="--resume_from_checkpoint latest"
+      resume=""
+      ls runs/drafter_debian_sum/checkpoint-*/training_state.json >/dev/null 2>&1 && resume="--resume_from_checkpoint latest"
       $PY train_drafter.py --config configs/train/debian_sum.yaml --num_threads 1 $resume
     fi
-    $PY scripts/export_demo_pair.py --task summarization --drafter runs/drafter_debian_sum --output_dir models/demo-sum \
-      --drafter_config configs/train/debian_sum.yaml --num_draft_tokens auto
+    $PY scripts/export_demo_pair.py --task summarization --drafter runs/drafter_debian_sum \
+      --output_dir models/demo-sum --drafter_config configs/train/debian_sum.yaml --num_draft_tokens auto
+    rm -rf runs/drafter_debian_sum_init.tmp
+    cp -r models/demo-sum/drafter runs/drafter_debian_sum_init.tmp
+    mv runs/drafter_debian_sum_init.tmp runs/drafter_debian_sum_init
   fi
-  resume=""; ls runs/drafter_debian_sum_continue/checkpoint-*/training_state.json >/dev/null 2>&1 && resume="--resume_from_checkpoint latest"
+  resume=""
+  ls runs/drafter_debian_sum_continue/checkpoint-*/training_state.json >/dev/null 2>&1 && resume="--resume_from_checkpoint latest"
   $PY train_drafter.py --config configs/train/debian_sum_continue.yaml --num_threads 1 $resume
 fi
-$PY scripts/export_demo_pair.py --task summarization --drafter runs/drafter_debian_sum_continue --output_dir models/demo-sum \
-  --drafter_config configs/train/debian_sum_continue.yaml --num_draft_tokens auto
+$PY scripts/export_demo_pair.py --task summarization --drafter runs/drafter_debian_sum_continue \
+  --output_dir models/demo-sum --drafter_config configs/train/debian_sum_continue.yaml --num_draft_tokens auto

@@ -167,6 +167,10 @@ def export_seq2seq(
     return values
 
 
+# each task's whole recipe, which a continued drafter's card points to for how the drafter it continued was made
+BUILD_SCRIPTS = {"translation": "scripts/build_demo_pair.sh", "summarization": "scripts/build_demo_sum.sh"}
+
+
 def export_drafter(
     source: Path,
     target: Path,
@@ -286,7 +290,7 @@ def main() -> None:
     parser.add_argument(
         "--verifier", type=Path, default=None, help="Omit to re-export only the drafter (and assistant)."
     )
-    parser.add_argument("--task", choices=("translation", "summarization"), default="translation")
+    parser.add_argument("--task", choices=sorted(BUILD_SCRIPTS), default="translation")
     parser.add_argument("--drafter", type=Path, default=None, help="Omit to export the verifier alone.")
     parser.add_argument("--assistant", type=Path, default=None)
     parser.add_argument(
@@ -352,7 +356,7 @@ def main() -> None:
             str(out / "verifier"),
             args.num_draft_tokens,
             args.drafter_config,
-            "scripts/build_demo_sum.sh" if summarization else "scripts/build_demo_pair.sh",
+            BUILD_SCRIPTS[args.task],
         )
     if args.assistant is not None:
         export_seq2seq(args.assistant, out / "assistant", dtype, ASSISTANT_CARD, args.assistant_config)

@@ -7,7 +7,7 @@ import json
 
 import pytest
 import torch
-from conftest import build_verifier, load_repository_script
+from conftest import REPOSITORY, build_verifier, load_repository_script
 from huggingface_hub import ModelCard
 from safetensors import safe_open
 
@@ -65,11 +65,11 @@ def test_exported_drafter_card_names_the_shipped_verifier_and_its_recipe(tmp_pat
 def test_a_continued_drafter_card_names_its_pairs_recipe(tmp_path, trained_drafter, export_script):
     """The summarization pair's continued drafter points at that pair's build script, not the translation pair's."""
     config = tmp_path / "continued.yaml"
-    config.write_text("drafter_name_or_path: models/demo-sum/drafter\n")
+    config.write_text("drafter_name_or_path: runs/drafter_debian_sum_init\n")
     target = tmp_path / "shipped"
-    export_script.export_drafter(
-        trained_drafter, target, torch.float16, SHIPPED, None, config, "scripts/build_demo_sum.sh"
-    )
+    build_script = export_script.BUILD_SCRIPTS["summarization"]  # what main() passes for --task summarization
+    assert (REPOSITORY / build_script).is_file()
+    export_script.export_drafter(trained_drafter, target, torch.float16, SHIPPED, None, config, build_script)
     card = (target / "README.md").read_text(encoding="utf-8")
     assert "`scripts/build_demo_sum.sh` shows how that drafter was made" in card and "build_demo_pair" not in card
 
