@@ -215,18 +215,14 @@ def scenarios() -> list[tuple[str, str, int, object]]:
             lambda r, n=calls: (steady(n, 1.25, 0.1, r), (1,)),
         )
 
-    def hard_rows_first(r):
-        # one row: the first 12 rows hard for the drafter (drafting 1.35 times a plain step), then drafting pays
-        return steady(12, 1.35, 0.1, r) + steady(388, 0.8, 0.1, r), (1,)
-
-    add("one row, the first 12 rows hard (drafting 1.35), then drafting 0.8", "plain", 4, hard_rows_first)
-    for hard in (100, 250):
-        # ... hard for longer: where the one-row probe interval's doubling (64, 128, 256) finds the change later
+    for hard, calls in ((12, 400), (100, 1000), (250, 1000)):
+        # one row: the first rows hard for the drafter (drafting 1.35 times a plain step), then drafting pays; the
+        # longer hard stretches show what a longer one-row probe interval costs (it finds the change later)
         add(
             f"one row, the first {hard} rows hard (drafting 1.35), then drafting 0.8",
             "plain",
             4,
-            lambda r, n=hard: (steady(n, 1.35, 0.1, r) + steady(1000 - n, 0.8, 0.1, r), (1,)),
+            lambda r, n=hard, m=calls: (steady(n, 1.35, 0.1, r) + steady(m - n, 0.8, 0.1, r), (1,)),
         )
 
     def main_job_rows(r):

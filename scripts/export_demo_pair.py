@@ -178,7 +178,7 @@ def export_drafter(
     verifier_path: str,
     num_draft_tokens: int | str | None = None,
     training_config: Path | None = None,
-    build_script: str = "scripts/build_demo_pair.sh",
+    build_script: str = BUILD_SCRIPTS["translation"],
 ) -> None:
     """Save the drafter in `dtype`, pointing its config and card at the shipped verifier, with its training model card.
 
