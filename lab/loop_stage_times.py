@@ -15,7 +15,8 @@ timers (`ModuleTimer`, `TimedDrafter`); this script splits the loop itself.
     python -m lab.loop_stage_times --verifier models/demo-sum/verifier --drafter models/demo-sum/drafter \
         --data models/demo-sum/heldout_validation.jsonl --num_draft_tokens 2 --max_new_tokens 40 --limit 60
 
-`--drafter source_copy` drafts with `SourceCopyDrafter` alone. k is fixed: with `"auto"` whole calls may skip the
+`--drafter source_copy` drafts with `SourceCopyDrafter` alone, `--drafter models/demo-sum/ngram_store` with that
+n-gram store. k is fixed: with `"auto"` whole calls may skip the
 loop, which this split does not follow.
 """
 
@@ -32,7 +33,14 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 import specdec_hf.generation.api as api_module
 import specdec_hf.generation.speculative_loop as loop_module
 from benchmarks._common import add_demo_pair_arguments, load_demo_pair, print_header, read_sources
-from specdec_hf import SourceCopyDrafter, SpecDrafterAdapter, prepack_where_faster, speculative_generate
+from specdec_hf import (
+    NgramStoreDrafter,
+    SourceCopyDrafter,
+    SpecDrafterAdapter,
+    prepack_where_faster,
+    speculative_generate,
+)
+from specdec_hf.drafters import is_ngram_store
 from specdec_hf.evaluation.interleaved import interleave, paired_speedups
 
 # the loop's stage functions, in the order an iteration calls them (`verify` and `draft` first: the largest); an
@@ -104,16 +112,17 @@ class StageTimes:
 
 
 def load(args):
-    """The verifier, prepacked where faster, and the drafter (`SourceCopyDrafter` for `--drafter source_copy`)."""
-    if args.drafter == "source_copy":
+    """The verifier, prepacked where faster, and the drafter (`SourceCopyDrafter` for `--drafter source_copy`, an
+    `NgramStoreDrafter` for an n-gram store's directory)."""
+    if args.drafter == "source_copy" or is_ngram_store(args.drafter):
         verifier = AutoModelForSeq2SeqLM.from_pretrained(args.verifier, dtype=getattr(torch, args.dtype)).eval()
         verifier.generation_config.max_length = None
-        drafter = None
+        drafter = None if args.drafter == "source_copy" else NgramStoreDrafter.from_pretrained(args.drafter)
     else:
         verifier, drafter = load_demo_pair(args, prepack=False)
     with torch.inference_mode():
         print("verifier: " + "; ".join(choice.describe() for choice in prepack_where_faster(verifier)))
-        if drafter is not None:
+        if isinstance(drafter, torch.nn.Module):
             prepack_where_faster(drafter, runs_after=verifier)
     return verifier, drafter if drafter is not None else SourceCopyDrafter.from_verifier(verifier)
 
@@ -169,7 +178,7 @@ def main() -> None:
     for name in STAGES:
         times.wrap(loop_module, name, name)
     times.wrap(api_module, "run_speculative_loop", "loop")
-    for drafter_class in (SpecDrafterAdapter, SourceCopyDrafter):
+    for drafter_class in (SpecDrafterAdapter, SourceCopyDrafter, NgramStoreDrafter):
         times.wrap(drafter_class, "init_drafting_state", "drafter set-up")
     modules = {
         "decoder forward": verifier.get_decoder(),

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole recipe of the offline summarization pair (models/demo-sum), from Debian packages to shipped weights.
 # Each step resumes where it stopped; on a 2-core CPU, one thread each: the verifier about 3 hours, distillation
-# 15 minutes, the drafter about an hour and its continuation another.
+# 15 minutes, the drafter about an hour and its continuation another, the n-gram store seconds.
 #   bash scripts/build_demo_sum.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,3 +46,8 @@ if [ ! -f runs/drafter_debian_sum_continue/model.safetensors ]; then
 fi
 $PY scripts/export_demo_pair.py --task summarization --drafter runs/drafter_debian_sum_continue \
   --output_dir models/demo-sum --drafter_config configs/train/debian_sum_continue.yaml --num_draft_tokens auto
+
+# 6. the n-gram store of the verifier's outputs counted in step 3 (no training; a few seconds): what followed each
+#    context of up to 2 tokens, and the source's preference (the drafter of the summarization pass's fastest rows)
+$PY -m specdec_hf.drafters.build_ngram_store --verifier models/demo-sum/verifier \
+  --distilled_data data/distilled/debian_sum/train --output_dir models/demo-sum/ngram_store

@@ -4,7 +4,7 @@
 """
 
 from .acceptance import accept_drafts, count_accepted
-from .drafters import SourceCopyDrafter
+from .drafters import NgramStoreDrafter, SourceCopyDrafter
 from .drafting import Drafter, DraftProposal
 from .generation import (
     SpecDrafterAdapter,
@@ -23,6 +23,7 @@ __all__ = [
     "DraftProposal",
     "Drafter",
     "KernelChoice",
+    "NgramStoreDrafter",
     "PrepackedLinear",
     "SpecDrafterAdapter",
     "SpecDrafterConfig",

@@ -1,5 +1,6 @@
 """The shipped summarization pair (models/demo-sum) loads like Hub checkpoints, and its drafter, alone and after the
-source copy, keeps greedy output at β=1 under the checkpoint's own processors (trigram blocking, minimum length)."""
+source copy, and its n-gram store keep greedy output at β=1 under the checkpoint's own processors (trigram blocking,
+minimum length)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 import torch
 from transformers import AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer
 
-from specdec_hf import SourceCopyDrafter, enable_speculative_decoding
+from specdec_hf import NgramStoreDrafter, SourceCopyDrafter, enable_speculative_decoding
 
 DEMO = Path(__file__).resolve().parents[1] / "models" / "demo-sum"
 GREEDY = dict(num_beams=1, do_sample=False, max_new_tokens=40)
@@ -32,12 +33,14 @@ def test_shipped_files_and_the_drafters_default_k():
     assert config["verifier_name_or_path"] == "models/demo-sum/verifier"
 
 
-@pytest.mark.parametrize("with_source_copy", [False, True], ids=["drafter", "source_copy_then_drafter"])
-def test_beta_one_equals_greedy_on_held_out_rows(pair, with_source_copy):
+@pytest.mark.parametrize("drafting", ["drafter", "source_copy_then_drafter", "ngram_store"])
+def test_beta_one_equals_greedy_on_held_out_rows(pair, drafting):
     verifier, tokenizer, drafter = pair
     assert verifier.generation_config.no_repeat_ngram_size == 3  # the processors that read the prefix are on
-    if with_source_copy:
+    if drafting == "source_copy_then_drafter":
         drafter = SourceCopyDrafter.from_verifier(verifier, fallback=drafter)
+    elif drafting == "ngram_store":
+        drafter = NgramStoreDrafter.from_pretrained(DEMO / "ngram_store")
     lines = (DEMO / "heldout_test.jsonl").read_text(encoding="utf-8").splitlines()[:3]
     for line in lines:
         inputs = tokenizer(json.loads(line)["document"], return_tensors="pt", truncation=True, max_length=320)
@@ -48,3 +51,14 @@ def test_beta_one_equals_greedy_on_held_out_rows(pair, with_source_copy):
         )
         assert torch.equal(output.sequences, reference)
         assert output.speculative_stats.drafter_calls > 0
+
+
+def test_the_shipped_ngram_store_is_the_verifiers():
+    drafter = NgramStoreDrafter.from_pretrained(DEMO / "ngram_store")
+    verifier_config = json.loads((DEMO / "verifier" / "config.json").read_text())
+    assert drafter.vocab_size == verifier_config["vocab_size"] and drafter.num_draft_tokens == "auto"
+    # the tokenizer's special ids are never preferred from the source (every source ends with EOS)
+    tokenizer = AutoTokenizer.from_pretrained(DEMO / "verifier")
+    assert drafter.ignored_source_ids == frozenset(tokenizer.all_special_ids) and drafter.source_bias > 0
+    # a context every output starts with: the decoder start token
+    assert drafter.store.lookup([verifier_config["decoder_start_token_id"]]) is not None

@@ -25,6 +25,7 @@ __all__ = [
     "SourceCopyState",
     "SourceNgramIndex",
     "find_source_continuations",
+    "shares_vocabulary",
 ]
 
 # the largest k of a copy without a fallback, where k is chosen as decoding runs (its default)
@@ -203,7 +204,7 @@ class SourceCopyDrafter(Drafter):
                 f"SourceCopyDrafter copies from an encoder's input; {type(verifier).__name__} is decoder-only: use "
                 "transformers' prompt lookup (`prompt_lookup_num_tokens`) instead."
             )
-        if not _shares_vocabulary(verifier):
+        if not shares_vocabulary(verifier):
             raise ValueError(
                 f"SourceCopyDrafter needs a verifier whose source and target share one vocabulary, but "
                 f"{type(verifier).__name__}'s encoder and decoder have separate embeddings "
@@ -366,7 +367,7 @@ class CopyOrFallbackProposal(DraftProposal):
         return confidence
 
 
-def _shares_vocabulary(verifier) -> bool:
+def shares_vocabulary(verifier) -> bool:
     """Whether the encoder and the decoder embed tokens with one matrix (or matrices of equal values)."""
     encoder, decoder = verifier.get_encoder(), verifier.get_decoder()
     encoder_embeddings = getattr(encoder, "embed_tokens", None)

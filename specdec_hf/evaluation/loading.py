@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from ..drafters import SourceCopyDrafter
+from ..drafters import NgramStoreDrafter, SourceCopyDrafter, is_ngram_store
+from ..drafters.source_copy import shares_vocabulary
 from ..dtypes import TORCH_DTYPES
 from ..linear_kernel_selection import KernelChoice, prepack_where_faster
 from ..model_files import load_pretrained
@@ -37,7 +38,7 @@ class EvaluationModels:
 
     verifier: torch.nn.Module
     tokenizer: object
-    drafters: list  # SpecDrafterModel, or SourceCopyDrafter for a `source_copy` entry
+    drafters: list  # SpecDrafterModel, NgramStoreDrafter, or SourceCopyDrafter for a `source_copy` entry
     assistant: torch.nn.Module | None
     # CTranslate2 workers of the `ct2*` strategies, by strategy name (started after the models are checked)
     ct2_workers: dict = field(default_factory=dict)
@@ -66,14 +67,29 @@ def parse_drafter_entry(entry: str) -> tuple[bool, str | None]:
 
 
 def load_drafter(entry: str, verifier, dtype: torch.dtype):
-    """One entry of `drafters`: a Spec-Drafter's directory or Hub id; `source_copy` (a [`SourceCopyDrafter`] of the
+    """One entry of `drafters`: a Spec-Drafter's or an n-gram store's directory or Hub id (an
+    [`NgramStoreDrafter`], told apart by its `ngram_store.json`); `source_copy` (a [`SourceCopyDrafter`] of the
     verifier, no weights); or `source_copy+<drafter>`, the copy where the source continues a row and that drafter
-    elsewhere."""
+    elsewhere.
+
+    Raises:
+        ValueError: for an n-gram store whose `source_bias` compares source ids with target ids of a verifier whose
+            source and target vocabularies differ.
+    """
     copies, path = parse_drafter_entry(entry)
-    trained = (
-        None if path is None else load_pretrained(SpecDrafterModel.from_pretrained, path, "drafters", dtype=dtype)
-    )
-    return SourceCopyDrafter.from_verifier(verifier, fallback=trained) if copies else trained
+    if path is None:
+        drafter = None
+    elif is_ngram_store(path):
+        drafter = load_pretrained(NgramStoreDrafter.from_pretrained, path, "drafters")
+        if drafter.source_bias and not shares_vocabulary(verifier):
+            raise ValueError(
+                f"`drafters` entry {entry!r}: the n-gram store prefers continuations found in the source "
+                f"(source_bias={drafter.source_bias}), but {type(verifier).__name__}'s source and target vocabularies "
+                "differ: save the store with `source_bias=0`."
+            )
+    else:
+        drafter = load_pretrained(SpecDrafterModel.from_pretrained, path, "drafters", dtype=dtype)
+    return SourceCopyDrafter.from_verifier(verifier, fallback=drafter) if copies else drafter
 
 
 def drafter_module(drafter) -> torch.nn.Module | None:

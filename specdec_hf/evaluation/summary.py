@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..drafters.ngram_store import CONFIG_NAME as NGRAM_STORE_CONFIG
 from .interleaved import format_spread, paired_speedups, spread
 from .loading import parse_drafter_entry
 from .report import RESULTS_FILE
@@ -69,14 +70,18 @@ def strategy_label(name: str, drafters: Sequence[str] = (), num_beams: int | Non
 
 
 def _drafter_label(entry: str) -> str:
-    """A `drafters` entry as the table names it: a trained drafter by its directory (by the directory above, for one
-    named just `drafter`), the source copy by name, so that `x/drafter` and `source_copy+x/drafter` read apart."""
+    """A `drafters` entry as the table names it: a trained drafter or an n-gram store by its directory (by the
+    directory above, for one named just `drafter` or `ngram_store`), the source copy by name, so that `x/drafter` and
+    `source_copy+x/drafter` read apart."""
     copies, path = parse_drafter_entry(entry)
     if path is None:
         return "source copy"
     directory = Path(path)
-    name = directory.parent.name if directory.name == "drafter" and directory.parent.name else directory.name
-    return f"source copy, else {name} drafter" if copies else f"{name} drafter"
+    # a local look only: a summary is rendered offline, from saved results
+    stored = (directory / NGRAM_STORE_CONFIG).is_file()
+    kind, generic = ("n-gram store", "ngram_store") if stored else ("drafter", "drafter")
+    name = directory.parent.name if directory.name == generic and directory.parent.name else directory.name
+    return f"source copy, else {name} {kind}" if copies else f"{name} {kind}"
 
 
 def _load_run(directory: str | Path) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from transformers import MarianMTModel, PreTrainedTokenizerFast
 
 from specdec_hf import SpecDrafterModel
+from specdec_hf.drafters import NgramStoreDrafter
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "mt_fixture.jsonl"
 FIXTURE_ROWS = 40  # the tokenizer covers the words of these rows
@@ -48,7 +49,8 @@ def build_marian(vocab_size: int, seed: int) -> MarianMTModel:
 
 @pytest.fixture(scope="session")
 def eval_models(tmp_path_factory) -> dict[str, str]:
-    """Paths of the saved verifier (with its tokenizer), its drafter and assistant, and ones of another vocabulary."""
+    """Paths of the saved verifier (with its tokenizer), its drafter, assistant and n-gram store, and models of
+    another vocabulary."""
     root = tmp_path_factory.mktemp("eval_models")
     tokenizer = build_tokenizer()
     verifier = build_marian(len(tokenizer), seed=0)
@@ -59,7 +61,14 @@ def eval_models(tmp_path_factory) -> dict[str, str]:
     other = build_marian(len(tokenizer) + 7, seed=2)
     other.save_pretrained(root / "other_assistant")
     SpecDrafterModel.from_verifier(other, max_draft_tokens=4, decoder_layers=1).save_pretrained(root / "other_drafter")
-    names = ("verifier", "drafter", "assistant", "other_drafter", "other_assistant")
+    # an n-gram store of the verifier's own greedy outputs for the fixture's sources
+    sources = tokenizer(
+        [json.loads(line)["translation"]["en"] for line in FIXTURE.open()][:FIXTURE_ROWS], padding=True
+    )
+    outputs = verifier.generate(**sources.convert_to_tensors("pt"), do_sample=False, num_beams=1, max_new_tokens=10)
+    sequences = [[token for token in row if token != tokenizer.pad_token_id] for row in outputs.tolist()]
+    NgramStoreDrafter.from_sequences(sequences, len(tokenizer), min_count=1).save_pretrained(root / "ngram_store")
+    names = ("verifier", "drafter", "assistant", "other_drafter", "other_assistant", "ngram_store")
     return {name: str(root / name) for name in names}
 
 

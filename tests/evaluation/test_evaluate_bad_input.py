@@ -187,3 +187,15 @@ def test_a_missing_model_directory_is_named_by_its_argument(base_argv, tmp_path,
         argv += ["--strategies", "greedy", "assisted"]
     with pytest.raises(FileNotFoundError, match=rf"`{option[2:]}` '{value}': no such directory \(relative to"):
         evaluate(argv)
+
+
+def test_an_ngram_store_preferring_the_source_of_a_verifier_with_two_vocabularies(base_argv, eval_models, tmp_path):
+    """Source ids mean other tokens than target ids there: the store's source bias would be wrong, and says so."""
+    verifier = tmp_path / "two_vocabularies"
+    shutil.copytree(eval_models["verifier"], verifier)
+    config = json.loads((verifier / "config.json").read_text())
+    (verifier / "config.json").write_text(json.dumps({**config, "share_encoder_decoder_embeddings": False}))
+    argv = replace_option(base_argv, "--verifier_name_or_path", str(verifier))
+    argv = replace_option(argv, "--drafters", eval_models["ngram_store"])
+    with pytest.raises(ValueError, match="source and target vocabularies differ: save the store with `source_bias=0`"):
+        evaluate(argv + ["--strategies", "greedy", "spec_k3_b1_t0"])

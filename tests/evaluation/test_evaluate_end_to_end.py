@@ -155,6 +155,23 @@ def test_log_is_readable_when_redirected(base_argv, tmp_path):
     assert b"| spec_k4_b1_t0 | 4 |" in text
 
 
+def test_an_ngram_store_runs_alone_and_after_the_source_copy(base_argv, eval_models):
+    """An n-gram store's directory as a `drafters` entry, alone and as the source copy's fallback: β=1 equal to
+    greedy, drafts accepted, no weights counted."""
+    at = base_argv.index("--drafters")
+    argv = base_argv[:at] + base_argv[at + 2 :]
+    argv += ["--drafters", eval_models["ngram_store"], f"source_copy+{eval_models['ngram_store']}"]
+    argv += ["--strategies", "greedy", "spec_k3_b1_t0", "spec_kauto_b1_t0"]
+    data = load_script().main(argv)
+    strategies = data["strategies"]
+    assert {f"spec_k{k}_b1_t0_d{index}" for k in ("3", "auto") for index in range(2)} <= set(strategies)
+    for name, result in strategies.items():
+        if name.startswith("spec_"):
+            assert result["identical_to_greedy"] == 1.0, name
+    assert strategies["spec_k3_b1_t0_d0"]["tokens_per_iteration"] > 1.0  # the store holds these very outputs
+    assert [drafter["parameter_bytes"] for drafter in data["models"]["drafters"]] == [0, 0]
+
+
 def test_source_copy_drafters_and_a_chosen_k_run_as_strategies(base_argv, eval_models, tmp_path):
     """`source_copy` alone and before the trained drafter, and k chosen as decoding runs: β=1 equal to greedy."""
     at = base_argv.index("--drafters")

@@ -1,0 +1,207 @@
+"""An n-gram store of a verifier's own outputs: for each short context, the tokens that followed it most often.
+
+Retrieval-based speculative decoding (REST, He et al., 2023, arXiv 2311.08252) drafts the next tokens by looking the
+last generated ones up in a datastore of text, with no drafter model to run. [`NgramStore`] is such a datastore built
+from what the verifier itself generates (the targets of `specdec_hf.distillation`, its greedy outputs for training
+sources): what a context was followed by in those outputs is what greedy decoding tends to emit after it again. It
+keeps, for every context of 1 to `max_ngram_size` tokens seen at least `min_count` times, its `max_continuations`
+most frequent next tokens and the share of the context's occurrences each took; `NgramStoreDrafter` drafts from it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from transformers.utils import cached_file
+
+__all__ = ["NgramStore", "is_ngram_store"]
+
+WEIGHTS_NAME = "ngram_store.safetensors"
+CONFIG_NAME = "ngram_store.json"
+# ids fit int16 below this vocabulary size: the store's largest table halves
+_INT16_VOCAB_LIMIT = 2**15
+
+
+def _check_positive_int(name: str, value) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"`{name}` must be an integer >= 1, got {value!r}.")
+
+
+def is_ngram_store(name_or_path: str | os.PathLike) -> bool:
+    """Whether `name_or_path` (a local directory, or a Hub repository in the cache or reachable) holds a saved n-gram
+    store (its `ngram_store.json`)."""
+    path = Path(name_or_path).expanduser()
+    if path.exists():
+        return (path / CONFIG_NAME).is_file()
+    try:
+        found = cached_file(
+            str(name_or_path),
+            CONFIG_NAME,
+            _raise_exceptions_for_missing_entries=False,
+            _raise_exceptions_for_connection_errors=False,
+        )
+    except (OSError, ValueError):  # not a valid Hub id either: the model loader names the problem
+        return False
+    return found is not None
+
+
+class NgramStore:
+    """Contexts of up to `max_ngram_size` tokens, each with its most frequent continuations and their shares.
+
+    Args:
+        continuations (`dict[tuple[int, ...], tuple[tuple[int, ...], tuple[float, ...]]]`): For each context, its
+            continuation ids, most frequent first, and the share of the context's occurrences each followed.
+        vocab_size (`int`): The vocabulary the ids index (the verifier's).
+        max_ngram_size (`int`): The longest context.
+        build_settings (`dict`, *optional*): How the store was built (`max_continuations`, `min_count`,
+            `num_sequences`), kept with it when saved.
+    """
+
+    def __init__(
+        self,
+        continuations: dict[tuple[int, ...], tuple[tuple[int, ...], tuple[float, ...]]],
+        vocab_size: int,
+        max_ngram_size: int,
+        build_settings: dict | None = None,
+    ):
+        _check_positive_int("vocab_size", vocab_size)
+        _check_positive_int("max_ngram_size", max_ngram_size)
+        self.continuations = continuations
+        self.vocab_size = vocab_size
+        self.max_ngram_size = max_ngram_size
+        self.build_settings = dict(build_settings or {})
+
+    def __len__(self) -> int:
+        return len(self.continuations)
+
+    @classmethod
+    def from_sequences(
+        cls,
+        sequences: Iterable[Sequence[int]],
+        vocab_size: int,
+        max_ngram_size: int = 2,
+        max_continuations: int = 4,
+        min_count: int = 2,
+    ) -> NgramStore:
+        """Count every context of 1 to `max_ngram_size` tokens in `sequences` and what followed it.
+
+        Args:
+            sequences (iterable of `list[int]`): Token ids, each a whole output (e.g. from the decoder start token
+                to EOS, as the verifier generated it).
+            vocab_size (`int`): The verifier's vocabulary size; every id must lie in `[0, vocab_size)`.
+            max_ngram_size (`int`, *optional*, defaults to 2): The longest context kept.
+            max_continuations (`int`, *optional*, defaults to 4): Continuations kept per context, most frequent
+                first (at most 255).
+            min_count (`int`, *optional*, defaults to 2): Contexts seen fewer times are left out (a context seen
+                once says little, and they are most of the store).
+
+        Raises:
+            ValueError: for a setting out of range, an id outside the vocabulary, or sequences with no context.
+        """
+        for name, value in (
+            ("vocab_size", vocab_size),
+            ("max_ngram_size", max_ngram_size),
+            ("max_continuations", max_continuations),
+            ("min_count", min_count),
+        ):
+            _check_positive_int(name, value)
+        if max_continuations > 255:
+            raise ValueError(f"`max_continuations` must be at most 255, got {max_continuations}.")
+        counts: dict[tuple[int, ...], Counter] = defaultdict(Counter)
+        num_sequences = 0
+        for sequence in sequences:
+            ids = [int(token) for token in sequence]
+            bad = [token for token in ids if not 0 <= token < vocab_size]
+            if bad:
+                raise ValueError(
+                    f"sequence {num_sequences} holds id {bad[0]}, outside the vocabulary [0, {vocab_size}): build the "
+                    "store from the outputs of the verifier it drafts for."
+                )
+            num_sequences += 1
+            for end in range(1, len(ids)):
+                for size in range(1, min(max_ngram_size, end) + 1):
+                    counts[tuple(ids[end - size : end])][ids[end]] += 1
+        continuations = {}
+        for context, followers in counts.items():
+            total = sum(followers.values())
+            if total < min_count:
+                continue
+            top = followers.most_common(max_continuations)
+            continuations[context] = (tuple(t for t, _ in top), tuple(n / total for _, n in top))
+        if not continuations:
+            raise ValueError(
+                f"no context of the {num_sequences} sequences occurs {min_count} times or more: give more sequences "
+                "(or a lower `min_count`)."
+            )
+        settings = {"max_continuations": max_continuations, "min_count": min_count, "num_sequences": num_sequences}
+        return cls(continuations, vocab_size, max_ngram_size, settings)
+
+    def lookup(self, tokens: Sequence[int]) -> tuple[tuple[int, ...], tuple[float, ...]] | None:
+        """The continuations of the longest stored context that ends `tokens`: `(ids, shares)`, or `None`."""
+        for size in range(min(self.max_ngram_size, len(tokens)), 0, -1):
+            found = self.continuations.get(tuple(tokens[len(tokens) - size :]))
+            if found is not None:
+                return found
+        return None
+
+    def save_pretrained(self, save_directory: str | os.PathLike, extra_config: dict | None = None) -> None:
+        """Write the store as `ngram_store.safetensors` (its tables) and `ngram_store.json` (its settings, with
+        `extra_config`, e.g. a drafter's own settings)."""
+        directory = Path(save_directory)
+        if directory.is_file():
+            raise NotADirectoryError(f"`save_directory` {str(directory)!r} is a file: give a directory.")
+        directory.mkdir(parents=True, exist_ok=True)
+        id_dtype = torch.int16 if self.vocab_size <= _INT16_VOCAB_LIMIT else torch.int32
+        contexts, sizes, ids, shares = [], [], [], []
+        for context, (followers, parts) in self.continuations.items():
+            contexts.append([-1] * (self.max_ngram_size - len(context)) + list(context))  # right-aligned
+            sizes.append(len(followers))
+            ids.extend(followers)
+            shares.extend(parts)
+        tensors = {
+            "contexts": torch.tensor(contexts, dtype=id_dtype).reshape(-1, self.max_ngram_size),
+            "num_continuations": torch.tensor(sizes, dtype=torch.uint8),
+            "continuations": torch.tensor(ids, dtype=id_dtype),
+            "shares": torch.tensor(shares, dtype=torch.float16),
+        }
+        save_file(tensors, str(directory / WEIGHTS_NAME), metadata={"format": "pt"})
+        config = {"vocab_size": self.vocab_size, "max_ngram_size": self.max_ngram_size, **self.build_settings}
+        config.update(extra_config or {})
+        (directory / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+    @classmethod
+    def load_config(cls, name_or_path: str | os.PathLike, **hub_kwargs) -> dict:
+        """The `ngram_store.json` of a local directory or a Hub repository.
+
+        Raises:
+            OSError: when it holds no `ngram_store.json` (not a saved n-gram store).
+        """
+        path = cached_file(str(name_or_path), CONFIG_NAME, **hub_kwargs)
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str | os.PathLike, **hub_kwargs) -> NgramStore:
+        """Load a store that `save_pretrained` wrote, from a local directory or a Hub repository (`hub_kwargs`, e.g.
+        `revision`, `token`, `local_files_only`, go to `transformers.utils.cached_file`)."""
+        config = cls.load_config(name_or_path, **hub_kwargs)
+        tensors = load_file(cached_file(str(name_or_path), WEIGHTS_NAME, **hub_kwargs))
+        contexts = tensors["contexts"].tolist()
+        sizes = tensors["num_continuations"].tolist()
+        ids = tensors["continuations"].tolist()
+        shares = tensors["shares"].float().tolist()
+        if len(contexts) != len(sizes) or sum(sizes) != len(ids) or len(ids) != len(shares):
+            raise ValueError(f"{WEIGHTS_NAME} of {str(name_or_path)!r} has tables of mismatched sizes: save it again.")
+        continuations = {}
+        start = 0
+        for context, size in zip(contexts, sizes, strict=True):
+            key = tuple(token for token in context if token >= 0)
+            continuations[key] = (tuple(ids[start : start + size]), tuple(shares[start : start + size]))
+            start += size
+        settings = {key: config[key] for key in ("max_continuations", "min_count", "num_sequences") if key in config}
+        return cls(continuations, config["vocab_size"], config["max_ngram_size"], settings)

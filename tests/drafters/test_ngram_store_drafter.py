@@ -1,0 +1,139 @@
+"""The n-gram store drafter: its drafts, the source's preference, exact β=1 output on every family, and saving."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import VOCAB_SIZE, build_verifier, generate_with_drafter, make_source_batch
+
+from specdec_hf.drafters import NgramStore, NgramStoreDrafter
+
+GREEDY = dict(do_sample=False, num_beams=1)
+
+pytestmark = pytest.mark.usefixtures("fresh_draft_length_measurements")
+
+# "5" is followed by 6 three times and by 8 twice; "6" by 7, "7" by 2 (EOS)
+SEQUENCES = [[2, 5, 6, 7, 2]] * 3 + [[2, 5, 8, 2]] * 2
+
+
+def _drafter(**kwargs) -> NgramStoreDrafter:
+    return NgramStoreDrafter.from_sequences(SEQUENCES, VOCAB_SIZE, max_ngram_size=2, min_count=1, **kwargs)
+
+
+def _propose(drafter, source, prefixes, num_draft_tokens=3):
+    """One proposal for right-padded `prefixes` (lists of ids) against `source` `(rows, length)` (1 = padding)."""
+    state = drafter.init_drafting_state(source, (source != 1).long(), None)
+    lengths = torch.tensor([len(prefix) for prefix in prefixes])
+    width = int(lengths.max())
+    prefix_ids = torch.tensor([prefix + [1] * (width - len(prefix)) for prefix in prefixes])
+    return drafter.propose(state, prefix_ids, lengths, num_draft_tokens)
+
+
+def test_drafts_chain_the_most_frequent_continuations():
+    proposal = _propose(_drafter(source_bias=0.0), torch.tensor([[9, 8, 2]]), [[2, 5]])
+    assert proposal.draft_ids.tolist() == [[6, 7, 2]] and proposal.num_drafts.tolist() == [3]
+    assert proposal.draft_logits is None  # a looked-up token is a certain proposal
+
+
+def test_the_source_tips_the_choice_toward_its_tokens():
+    # 8 (share 0.4) occurs in the source: 0.4 + 0.3 beats 6's 0.6
+    assert _propose(_drafter(), torch.tensor([[9, 8, 2]]), [[2, 5]]).draft_ids[0, 0].item() == 8
+    # in padding only, or among the ignored ids, it does not count
+    drafter = _drafter()
+    masked = drafter.init_drafting_state(torch.tensor([[9, 2, 8]]), torch.tensor([[1, 1, 0]]), None)
+    assert drafter.propose(masked, torch.tensor([[2, 5]]), torch.tensor([2]), 1).draft_ids.tolist() == [[6]]
+    ignoring = _drafter(ignored_source_ids=[8])
+    assert _propose(ignoring, torch.tensor([[9, 8, 2]]), [[2, 5]], 1).draft_ids.tolist() == [[6]]
+
+
+def test_rows_draft_apart_and_stop_where_no_context_is_stored():
+    source = torch.tensor([[9, 2, 1], [9, 8, 2]])
+    proposal = _propose(_drafter(), source, [[2, 4], [2, 5, 8]], 3)
+    # row 0: nothing follows "4"; row 1: "5 8" then "8" -> 2 (EOS), then "2" -> 5 (the start of an output)
+    assert proposal.num_drafts.tolist() == [0, 3]
+    assert proposal.draft_ids.tolist() == [[0, 0, 0], [2, 5, 8]]
+    kept = _drafter().select_rows(
+        _drafter().init_drafting_state(source, (source != 1).long(), None), torch.tensor([1])
+    )
+    assert kept.source_tokens == [frozenset({9, 8, 2})]
+
+
+def test_without_source_ids_it_drafts_from_the_store_alone():
+    drafter = _drafter()
+    state = drafter.init_drafting_state(None, None, torch.zeros(1, 3, 8))
+    assert state.source_tokens is None
+    proposal = drafter.propose(state, torch.tensor([[2, 5]]), torch.tensor([2]), 1)
+    assert proposal.draft_ids.tolist() == [[6]]
+
+
+def _own_outputs_drafter(model, inputs, **kwargs) -> tuple[torch.Tensor, NgramStoreDrafter]:
+    """Greedy's outputs for `inputs` and a drafter whose store counts them (drafts that are often right)."""
+    reference = model.generate(**inputs, **GREEDY, max_new_tokens=20)
+    pad = model.generation_config.pad_token_id
+    sequences = [[token for token in row if token != pad] for row in reference.tolist()]
+    return reference, NgramStoreDrafter.from_sequences(sequences, VOCAB_SIZE, min_count=1, **kwargs)
+
+
+@pytest.mark.parametrize("batch_size", [1, 4])
+@pytest.mark.parametrize("num_draft_tokens", [3, "auto"])
+def test_equals_greedy(family, batch_size, num_draft_tokens):
+    model = build_verifier(family)
+    inputs = make_source_batch(batch_size, seed=11, pad_token_id=model.config.pad_token_id)
+    reference, drafter = _own_outputs_drafter(model, inputs)
+    output = generate_with_drafter(model, inputs, drafter, max_new_tokens=20, num_draft_tokens=num_draft_tokens)
+    assert torch.equal(output.sequences, reference)
+    if num_draft_tokens == 3:  # drafts were verified and some accepted (a fixed k drafts at every iteration)
+        stats = output.speculative_stats
+        assert sum(stats.generated_tokens) > sum(stats.iterations)
+
+
+def test_a_store_of_other_outputs_still_equals_greedy():
+    """Drafts that are mostly wrong (a store of another model's outputs) change nothing but the speed."""
+    model = build_verifier("bart")
+    inputs = make_source_batch(3, seed=12, pad_token_id=model.config.pad_token_id)
+    _, drafter = _own_outputs_drafter(build_verifier("bart", seed=1), inputs)
+    reference = model.generate(**inputs, **GREEDY, max_new_tokens=20)
+    output = generate_with_drafter(model, inputs, drafter, max_new_tokens=20, num_draft_tokens=4)
+    assert torch.equal(output.sequences, reference)
+
+
+def test_sampling_with_looked_up_drafts_stays_in_the_verifiers_support():
+    model = build_verifier("t5")
+    inputs = make_source_batch(2, seed=13, pad_token_id=model.config.pad_token_id)
+    reference, drafter = _own_outputs_drafter(model, inputs)
+    output = generate_with_drafter(model, inputs, drafter, do_sample=True, top_k=1, max_new_tokens=20)
+    assert torch.equal(output.sequences, reference)  # top_k=1: the only token sampling may emit is greedy's
+
+
+def test_save_and_load_keep_the_settings(tmp_path):
+    drafter = _drafter(num_draft_tokens=3, source_bias=0.5, ignored_source_ids=[2, 1])
+    drafter.save_pretrained(tmp_path, max_shard_size="5GB")  # what push_to_hub passes
+    loaded = NgramStoreDrafter.from_pretrained(tmp_path)
+    assert (loaded.num_draft_tokens, loaded.max_draft_tokens, loaded.source_bias) == (3, 8, 0.5)
+    assert loaded.ignored_source_ids == frozenset({1, 2}) and loaded.vocab_size == VOCAB_SIZE
+    assert loaded.store.continuations.keys() == drafter.store.continuations.keys()
+    assert NgramStoreDrafter.from_pretrained(tmp_path, num_draft_tokens="auto").num_draft_tokens == "auto"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(num_draft_tokens=0), "`num_draft_tokens` must be an integer >= 1 or 'auto'"),
+        (dict(num_draft_tokens=9), "`num_draft_tokens` \\(9\\) exceeds `max_draft_tokens` \\(8\\)"),
+        (dict(max_draft_tokens=0), "`max_draft_tokens` must be an integer >= 1"),
+        (dict(source_bias=-0.1), "`source_bias` must be a number >= 0"),
+        (dict(source_bias=float("nan")), "`source_bias` must be a number >= 0"),
+    ],
+)
+def test_bad_settings_are_refused(kwargs, message):
+    store = NgramStore.from_sequences(SEQUENCES, VOCAB_SIZE, min_count=1)
+    with pytest.raises(ValueError, match=message):
+        NgramStoreDrafter(store, **kwargs)
+
+
+def test_a_store_of_another_vocabulary_is_refused():
+    model = build_verifier("bart")
+    drafter = NgramStoreDrafter.from_sequences(SEQUENCES, VOCAB_SIZE + 1, min_count=1)
+    inputs = make_source_batch(1, pad_token_id=model.config.pad_token_id)
+    with pytest.raises(ValueError, match="vocab"):
+        generate_with_drafter(model, inputs, drafter, max_new_tokens=4)
