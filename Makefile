@@ -22,7 +22,8 @@ $(VENV)/.installed: pyproject.toml
 # speculative decoding timed interleaved over 3 repeats (outputs/demo_en_de/); HF assisted generation and
 # CTranslate2 against greedy (outputs/demo_en_de_peers/); greedy and speculative decoding again with the verifier in
 # bfloat16 (outputs/demo_en_de_bf16/); the summarization pair shipped in models/demo-sum on 100 of its held-out rows
-# with its checkpoint's processors, greedy, its beam search, the source-copy drafter and prompt lookup
+# with its checkpoint's processors, greedy, its beam search, its trained drafter, the source-copy drafter, its n-gram
+# store and prompt lookup
 # (outputs/demo_sum/); then one table per task into docs/main_job.md and the README. It reads nothing but the
 # working tree (no git history or tags, no network): `make demo-check` runs its checks alone.
 DEMO_STARTED := $(shell date +%s)
