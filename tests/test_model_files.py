@@ -64,6 +64,21 @@ def test_missing_local_directory_is_not_reported_as_a_hub_problem(monkeypatch, t
         load_pretrained(calls.append, "config.json", "drafters")
 
 
+@pytest.mark.parametrize("cached_file", ["config.json", "ngram_store.json"])
+def test_a_hub_id_in_the_cache_loads_offline(monkeypatch, tmp_path, cached_file):
+    """A model's config.json, or an n-gram store's ngram_store.json, in the Hub cache: the id goes to the loader."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(model_files, "_hub_offline", lambda: True)
+    monkeypatch.setattr(
+        model_files.huggingface_hub,
+        "try_to_load_from_cache",
+        lambda repo_id, filename, **kwargs: f"/cache/{repo_id}/{filename}" if filename == cached_file else None,
+    )
+    calls = []
+    load_pretrained(calls.append, "owner/store", "drafters")
+    assert calls == ["owner/store"]
+
+
 def test_damaged_torch_archives_are_found_and_intact_files_pass(tmp_path):
     torch.save({"state": {0: {"exp_avg": torch.ones(64, 64)}}}, tmp_path / "optimizer.bin")
     torch.save({"step": 3}, tmp_path / "legacy.bin", _use_new_zipfile_serialization=False)  # no checksums to test

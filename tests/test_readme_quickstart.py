@@ -41,3 +41,18 @@ def test_the_source_copy_example_runs_after_the_quickstart(monkeypatch):
         **inputs, drafter=namespace["copy_then_model"], num_beams=1, do_sample=False, max_new_tokens=64
     )
     assert combined.tolist() == greedy.tolist()
+
+
+def test_the_ngram_store_example_runs_as_written(monkeypatch):
+    """The README's n-gram store block, alone (it loads the summarization pair itself): greedy's output, drafted."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", readme, flags=re.DOTALL)
+    store_block = next(block for block in blocks if "NgramStoreDrafter.from_pretrained" in block)
+    monkeypatch.chdir(REPO)
+    namespace = {"__name__": "__quickstart__"}
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(store_block, "README.md n-gram store", "exec"), namespace)
+    verifier, inputs = namespace["verifier"], namespace["inputs"]
+    greedy = verifier.generate(**inputs, num_beams=1, do_sample=False, max_new_tokens=40)
+    assert namespace["out"].tolist() == greedy.tolist() and printed.getvalue().strip()

@@ -80,13 +80,14 @@ def build_ngram_store(args: NgramStoreArguments) -> NgramStoreDrafter:
         ),
         num_draft_tokens=num_draft_tokens,
         source_bias=source_bias,
-        ignored_source_ids=tokenizer.all_special_ids,
+        ignored_source_ids=sorted(tokenizer.all_special_ids),
     )
     drafter.save_pretrained(args.output_dir)
     return drafter
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Command line: `NgramStoreArguments` from `--config <yaml>` and flags; builds and saves the drafter."""
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     (args,) = parse_yaml_and_cli([NgramStoreArguments], argv)
     drafter = build_ngram_store(args)

@@ -16,9 +16,9 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+import huggingface_hub
 import torch
 from safetensors.torch import load_file, save_file
-from transformers.utils import cached_file
 
 __all__ = ["NgramStore", "is_ngram_store"]
 
@@ -33,22 +33,37 @@ def _check_positive_int(name: str, value) -> None:
         raise ValueError(f"`{name}` must be an integer >= 1, got {value!r}.")
 
 
-def is_ngram_store(name_or_path: str | os.PathLike) -> bool:
-    """Whether `name_or_path` (a local directory, or a Hub repository in the cache or reachable) holds a saved n-gram
-    store (its `ngram_store.json`)."""
+def is_ngram_store(
+    name_or_path: str | os.PathLike, revision: str | None = None, token: str | bool | None = None
+) -> bool:
+    """Whether `name_or_path` holds a saved n-gram store (its `ngram_store.json`): a local directory, or a Hub
+    repository found in the local cache or, unless offline (`HF_HUB_OFFLINE`), on the Hub (one request)."""
     path = Path(name_or_path).expanduser()
     if path.exists():
         return (path / CONFIG_NAME).is_file()
+    name = str(name_or_path)
     try:
-        found = cached_file(
-            str(name_or_path),
-            CONFIG_NAME,
-            _raise_exceptions_for_missing_entries=False,
-            _raise_exceptions_for_connection_errors=False,
-        )
-    except (OSError, ValueError):  # not a valid Hub id either: the model loader names the problem
+        huggingface_hub.utils.validate_repo_id(name)
+    except huggingface_hub.errors.HFValidationError:  # a missing local path: the loader names it
         return False
-    return found is not None
+    if isinstance(huggingface_hub.try_to_load_from_cache(name, CONFIG_NAME, revision=revision), str):
+        return True
+    if huggingface_hub.constants.HF_HUB_OFFLINE:
+        return False
+    try:
+        return huggingface_hub.file_exists(name, CONFIG_NAME, revision=revision, token=token)
+    except (OSError, huggingface_hub.errors.HfHubHTTPError):  # unreachable, or no such repository: not a store
+        return False
+
+
+def _resolve(name_or_path: str | os.PathLike, filename: str, **hub_kwargs) -> str:
+    """The local path of `filename` in a directory or a Hub repository (`hub_kwargs`: `hf_hub_download`'s)."""
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        if not (path / filename).is_file():
+            raise FileNotFoundError(f"{str(name_or_path)!r} holds no {filename}: it is not a saved n-gram store.")
+        return str(path / filename)
+    return huggingface_hub.hf_hub_download(str(name_or_path), filename, **hub_kwargs)
 
 
 class NgramStore:
@@ -150,9 +165,28 @@ class NgramStore:
                 return found
         return None
 
-    def save_pretrained(self, save_directory: str | os.PathLike, extra_config: dict | None = None) -> None:
-        """Write the store as `ngram_store.safetensors` (its tables) and `ngram_store.json` (its settings, with
-        `extra_config`, e.g. a drafter's own settings)."""
+    def check(self) -> None:
+        """Check what `save_pretrained` can store: contexts of 1 to `max_ngram_size` ids, at most 255 continuations
+        each, as many shares as continuations, every id inside the vocabulary.
+
+        Raises:
+            ValueError: naming the first context at fault.
+        """
+        for context, (followers, shares) in self.continuations.items():
+            problem = None
+            if not 1 <= len(context) <= self.max_ngram_size:
+                problem = f"has {len(context)} tokens (1 to max_ngram_size={self.max_ngram_size})"
+            elif not 1 <= len(followers) <= 255 or len(shares) != len(followers):
+                problem = f"has {len(followers)} continuations and {len(shares)} shares (1 to 255 of each)"
+            elif not all(0 <= token < self.vocab_size for token in (*context, *followers)):
+                problem = f"holds an id outside the vocabulary [0, {self.vocab_size})"
+            if problem is not None:
+                raise ValueError(f"the store's context {context} {problem}: build it with `from_sequences`.")
+
+    def save_pretrained(self, save_directory: str | os.PathLike) -> None:
+        """Write the store as `ngram_store.safetensors` (its tables: ids in int16 where the vocabulary allows, shares
+        in float16) and `ngram_store.json` (its settings)."""
+        self.check()
         directory = Path(save_directory)
         if directory.is_file():
             raise NotADirectoryError(f"`save_directory` {str(directory)!r} is a file: give a directory.")
@@ -172,31 +206,30 @@ class NgramStore:
         }
         save_file(tensors, str(directory / WEIGHTS_NAME), metadata={"format": "pt"})
         config = {"vocab_size": self.vocab_size, "max_ngram_size": self.max_ngram_size, **self.build_settings}
-        config.update(extra_config or {})
         (directory / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-
-    @classmethod
-    def load_config(cls, name_or_path: str | os.PathLike, **hub_kwargs) -> dict:
-        """The `ngram_store.json` of a local directory or a Hub repository.
-
-        Raises:
-            OSError: when it holds no `ngram_store.json` (not a saved n-gram store).
-        """
-        path = cached_file(str(name_or_path), CONFIG_NAME, **hub_kwargs)
-        return json.loads(Path(path).read_text(encoding="utf-8"))
 
     @classmethod
     def from_pretrained(cls, name_or_path: str | os.PathLike, **hub_kwargs) -> NgramStore:
         """Load a store that `save_pretrained` wrote, from a local directory or a Hub repository (`hub_kwargs`, e.g.
-        `revision`, `token`, `local_files_only`, go to `transformers.utils.cached_file`)."""
-        config = cls.load_config(name_or_path, **hub_kwargs)
-        tensors = load_file(cached_file(str(name_or_path), WEIGHTS_NAME, **hub_kwargs))
+        `revision`, `token`, `local_files_only`, `cache_dir`, go to `huggingface_hub.hf_hub_download`).
+
+        Raises:
+            FileNotFoundError: for a directory without the store's files.
+            ValueError: for tables that do not fit together or do not fit the settings (a damaged or edited store).
+        """
+        config = json.loads(Path(_resolve(name_or_path, CONFIG_NAME, **hub_kwargs)).read_text(encoding="utf-8"))
+        tensors = load_file(_resolve(name_or_path, WEIGHTS_NAME, **hub_kwargs))
         contexts = tensors["contexts"].tolist()
         sizes = tensors["num_continuations"].tolist()
         ids = tensors["continuations"].tolist()
         shares = tensors["shares"].float().tolist()
-        if len(contexts) != len(sizes) or sum(sizes) != len(ids) or len(ids) != len(shares):
-            raise ValueError(f"{WEIGHTS_NAME} of {str(name_or_path)!r} has tables of mismatched sizes: save it again.")
+        width = tensors["contexts"].shape[1] if tensors["contexts"].dim() == 2 else None
+        lengths_fit = len(contexts) == len(sizes) and sum(sizes) == len(ids) == len(shares)
+        if width != config["max_ngram_size"] or not lengths_fit:
+            raise ValueError(
+                f"{WEIGHTS_NAME} of {str(name_or_path)!r} has tables that do not fit together or its "
+                f"{CONFIG_NAME} (max_ngram_size={config['max_ngram_size']}): build and save it again."
+            )
         continuations = {}
         start = 0
         for context, size in zip(contexts, sizes, strict=True):
@@ -204,4 +237,6 @@ class NgramStore:
             continuations[key] = (tuple(ids[start : start + size]), tuple(shares[start : start + size]))
             start += size
         settings = {key: config[key] for key in ("max_continuations", "min_count", "num_sequences") if key in config}
-        return cls(continuations, config["vocab_size"], config["max_ngram_size"], settings)
+        store = cls(continuations, config["vocab_size"], config["max_ngram_size"], settings)
+        store.check()
+        return store

@@ -11,38 +11,74 @@ row's source: a summary or a translation names what its source names.
 from __future__ import annotations
 
 import os
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
-from transformers.utils import PushToHubMixin
+from huggingface_hub import ModelHubMixin
 
 from ..auto_draft_length import AUTO
 from ..drafting import Drafter, DraftProposal
+from .lookup_common import DEFAULT_MAX_DRAFT_TOKENS, is_positive_int, row_tails
 from .ngram_store import NgramStore
 
-__all__ = ["NgramStoreDrafter", "NgramStoreState"]
+__all__ = ["NgramStoreDrafter", "NgramStoreState", "draft_from_store"]
 
-# the largest k where k is chosen as decoding runs (the default): the source copy's
-_DEFAULT_MAX_DRAFT_TOKENS = 8
+# the drafter's settings (its `__init__` arguments besides the store): `from_pretrained` may override them
+_SETTINGS = ("num_draft_tokens", "max_draft_tokens", "source_bias", "ignored_source_ids")
 
 
 @dataclass
 class NgramStoreState:
     """Per-`generate()` state: each row's source ids (special ids left out), which `source_bias` prefers; `None`
-    without source ids (`inputs_embeds`)."""
+    without source ids (`inputs_embeds`) or without a source bias."""
 
     source_tokens: list[frozenset[int]] | None
 
 
-class NgramStoreDrafter(Drafter, PushToHubMixin):
+def draft_from_store(
+    store: NgramStore, tokens: Sequence[int], source_tokens: Collection[int], num_tokens: int, source_bias: float
+) -> list[int]:
+    """Up to `num_tokens` drafts after `tokens`, one after the other: each the continuation of the longest stored
+    context ending the tokens so far with the largest share, plus `source_bias` where `source_tokens` holds it (the
+    first of the best, so the more frequent one on a tie); fewer where no stored context ends them.
+
+    Args:
+        store ([`~specdec_hf.drafters.ngram_store.NgramStore`]): The contexts and their continuations.
+        tokens (`Sequence[int]`): The row's last tokens (at least `store.max_ngram_size` of them where it has them).
+        source_tokens (`Collection[int]`): The ids a continuation is preferred for (the row's source).
+        num_tokens (`int`): The most tokens drafted.
+        source_bias (`float`): Added to the share of a continuation in `source_tokens`.
+    """
+    tokens = list(tokens)
+    draft = []
+    for _ in range(num_tokens):
+        found = store.lookup(tokens)
+        if found is None:
+            break
+        ids, shares = found
+        best, best_score = ids[0], -1.0
+        for token, share in zip(ids, shares, strict=True):
+            score = share + source_bias if token in source_tokens else share
+            if score > best_score:
+                best, best_score = token, score
+        draft.append(best)
+        tokens.append(best)
+    return draft
+
+
+class NgramStoreDrafter(
+    Drafter, ModelHubMixin, library_name="specdec_hf", tags=["speculative-decoding", "specdec_hf", "ngram-store"]
+):
     """Drafts the most frequent continuations of each row's last tokens in the verifier's own past outputs.
 
     Build it from the verifier's outputs ([`~NgramStoreDrafter.from_distilled`] reads a `specdec_hf.distillation` run,
-    [`~NgramStoreDrafter.from_sequences`] any token ids), save it with `save_pretrained`, load it with
-    `from_pretrained`. At each iteration it drafts, for each row, `k` tokens one after the other: the continuation of
-    the longest stored context ending the row's tokens, with the largest share of that context's occurrences plus
-    `source_bias` where the row's source holds it. A row whose last token no stored context ends gets fewer drafts
-    (`num_drafts`), none at worst (the loop then steps it as greedy decoding would).
+    [`~NgramStoreDrafter.from_sequences`] any token ids; `python -m specdec_hf.drafters.build_ngram_store` does the
+    first for a verifier, setting the source preference from it), save it with `save_pretrained` or `push_to_hub`,
+    load it with `from_pretrained` (the `huggingface_hub.ModelHubMixin` methods: a directory or a Hub id). At each
+    iteration it drafts, for each row, `k` tokens with [`draft_from_store`]. A row whose last token no stored context
+    ends gets fewer drafts (`num_drafts`), none at worst (the loop then steps it as greedy decoding would).
 
     Args:
         store ([`~specdec_hf.drafters.ngram_store.NgramStore`]): The contexts and their continuations.
@@ -50,10 +86,11 @@ class NgramStoreDrafter(Drafter, PushToHubMixin):
             decoding runs, up to `max_draft_tokens`.
         max_draft_tokens (`int`, *optional*, defaults to 8): The largest k.
         source_bias (`float`, *optional*, defaults to 0.3): Added to the share of a continuation that occurs in the
-            row's source. It compares source ids with target ids: use it only for a verifier whose source and target
-            share one vocabulary, and 0 otherwise.
-        ignored_source_ids (iterable of `int`, *optional*): Source ids never preferred (the special tokens: every
-            source ends with EOS, which would otherwise be preferred wherever it may follow).
+            row's source. It compares source ids with target ids: right for a verifier whose source and target share
+            one vocabulary (BART, T5, Pegasus, most Marian models); give 0 for any other (the builder does).
+        ignored_source_ids (iterable of `int`, *optional*): Source ids never preferred: the special tokens (every
+            source ends with EOS, which would otherwise be preferred wherever it may follow; the builder passes the
+            tokenizer's).
     """
 
     verifier_state_layers = None
@@ -63,16 +100,16 @@ class NgramStoreDrafter(Drafter, PushToHubMixin):
         self,
         store: NgramStore,
         num_draft_tokens: int | str = AUTO,
-        max_draft_tokens: int = _DEFAULT_MAX_DRAFT_TOKENS,
+        max_draft_tokens: int = DEFAULT_MAX_DRAFT_TOKENS,
         source_bias: float = 0.3,
-        ignored_source_ids=(),
+        ignored_source_ids: Iterable[int] = (),
     ):
         if not isinstance(store, NgramStore):
             raise TypeError(f"`store` must be an NgramStore, got {type(store).__name__}.")
-        if not isinstance(max_draft_tokens, int) or isinstance(max_draft_tokens, bool) or max_draft_tokens < 1:
+        if not is_positive_int(max_draft_tokens):
             raise ValueError(f"`max_draft_tokens` must be an integer >= 1, got {max_draft_tokens!r}.")
         if num_draft_tokens != AUTO:
-            if not isinstance(num_draft_tokens, int) or isinstance(num_draft_tokens, bool) or num_draft_tokens < 1:
+            if not is_positive_int(num_draft_tokens):
                 raise ValueError(f"`num_draft_tokens` must be an integer >= 1 or {AUTO!r}, got {num_draft_tokens!r}.")
             if num_draft_tokens > max_draft_tokens:
                 raise ValueError(
@@ -91,7 +128,7 @@ class NgramStoreDrafter(Drafter, PushToHubMixin):
     @classmethod
     def from_sequences(
         cls,
-        sequences,
+        sequences: Iterable[Sequence[int]],
         vocab_size: int,
         max_ngram_size: int = 2,
         max_continuations: int = 4,
@@ -115,31 +152,56 @@ class NgramStoreDrafter(Drafter, PushToHubMixin):
         sequences = (ids for batch in dataset.iter(batch_size=10_000) for ids in batch["target_ids"])
         return cls.from_sequences(sequences, vocab_size, **(store_kwargs or {}), **kwargs)
 
-    def save_pretrained(self, save_directory: str | os.PathLike, **kwargs) -> None:
-        """Write the store and the drafter's settings to `save_directory` (`ngram_store.safetensors`,
-        `ngram_store.json`); other keyword arguments (those `push_to_hub` passes) are ignored."""
-        settings = {
-            "drafter_type": "ngram_store",
-            "num_draft_tokens": self.num_draft_tokens,
-            "max_draft_tokens": self.max_draft_tokens,
-            "source_bias": self.source_bias,
-            "ignored_source_ids": sorted(self.ignored_source_ids),
-        }
-        self.store.save_pretrained(save_directory, extra_config=settings)
+    def save_pretrained(self, save_directory: str | os.PathLike, **kwargs):
+        """Write the store (`ngram_store.safetensors`, `ngram_store.json`), the drafter's settings (`config.json`) and,
+        where none is there, a model card (`README.md`); `kwargs` are `ModelHubMixin.save_pretrained`'s
+        (`push_to_hub`, `repo_id`, ...).
+
+        Raises:
+            ValueError: for a directory that holds a model's weights (saving would replace its `config.json`).
+        """
+        directory = Path(save_directory)
+        if any((directory / name).is_file() for name in ("model.safetensors", "pytorch_model.bin")):
+            raise ValueError(
+                f"`save_directory` {str(directory)!r} holds a model's weights; an n-gram store writes its own "
+                "config.json there: save it to a directory of its own."
+            )
+        return super().save_pretrained(save_directory, **kwargs)
+
+    def _save_pretrained(self, save_directory: Path) -> None:
+        self.store.save_pretrained(save_directory)
 
     @classmethod
-    def from_pretrained(cls, name_or_path: str | os.PathLike, hub_kwargs: dict | None = None, **kwargs):
-        """Load a drafter that `save_pretrained` wrote, from a local directory or a Hub repository; `kwargs`
-        override its saved settings (`num_draft_tokens`, `source_bias`, ...), `hub_kwargs` go to
-        `transformers.utils.cached_file` (`revision`, `token`, `local_files_only`)."""
-        hub_kwargs = hub_kwargs or {}
-        config = NgramStore.load_config(name_or_path, **hub_kwargs)
-        saved = {
-            name: config[name]
-            for name in ("num_draft_tokens", "max_draft_tokens", "source_bias", "ignored_source_ids")
-            if name in config
-        }
-        return cls(NgramStore.from_pretrained(name_or_path, **hub_kwargs), **{**saved, **kwargs})
+    def _from_pretrained(
+        cls,
+        *,
+        model_id: str,
+        revision: str | None,
+        cache_dir: str | Path | None,
+        force_download: bool,
+        local_files_only: bool,
+        token: str | bool | None,
+        **model_kwargs,
+    ) -> NgramStoreDrafter:
+        """`ModelHubMixin.from_pretrained`'s loader: the store, and the settings of `config.json` (which the mixin
+        merges into `model_kwargs`) with the caller's overrides."""
+        unknown = sorted(set(model_kwargs) - set(_SETTINGS) - {"proxies", "resume_download"})
+        if unknown:
+            raise ValueError(
+                f"NgramStoreDrafter.from_pretrained got {unknown}: it takes the drafter's settings {list(_SETTINGS)} "
+                "and huggingface_hub's download arguments; the store's own (max_ngram_size, ...) are fixed when it is "
+                "built: build another with `python -m specdec_hf.drafters.build_ngram_store`."
+            )
+        hub_kwargs = dict(
+            revision=revision,
+            cache_dir=cache_dir,
+            force_download=force_download,
+            local_files_only=local_files_only,
+            token=token,
+        )
+        store = NgramStore.from_pretrained(model_id, **hub_kwargs)
+        settings = {name: model_kwargs[name] for name in _SETTINGS if name in model_kwargs}
+        return cls(store, **settings)
 
     def init_drafting_state(self, input_ids, attention_mask, encoder_hidden_states) -> NgramStoreState:
         """Each row's source ids, padding and `ignored_source_ids` left out (none without `input_ids`)."""
@@ -162,42 +224,17 @@ class NgramStoreDrafter(Drafter, PushToHubMixin):
 
     def propose(self, state, prefix_ids, prefix_lengths, num_draft_tokens, verifier_states=None) -> DraftProposal:
         """Draft up to `num_draft_tokens` tokens per row from the store (on a GPU this reads each row's last tokens
-        on the host).
+        on the host, and copies the drafts back in one transfer).
 
         Returns:
             [`~specdec_hf.drafting.DraftProposal`]: `draft_ids` `(rows, k)` (0 after a row's drafts), no scores (a
             looked-up token is a certain proposal), and `num_drafts` `(rows,)`.
         """
-        longest = self.store.max_ngram_size
-        lengths = prefix_lengths.tolist()
-        # each row's last tokens, read in one transfer of the columns they span
-        start = max(min(lengths) - longest, 0)
-        window = prefix_ids[:, start : max(lengths)].tolist()
-        drafts = []
-        for row, length in enumerate(lengths):
-            tail = window[row][max(length - longest, 0) - start : length - start]
+        tails = row_tails(prefix_ids, prefix_lengths, self.store.max_ngram_size)
+        rows = []
+        for row, tail in enumerate(tails):
             source = () if state.source_tokens is None else state.source_tokens[row]
-            drafts.append(self._draft_row(tail, source, num_draft_tokens))
-        draft_ids = torch.tensor([draft + [0] * (num_draft_tokens - len(draft)) for draft in drafts], dtype=torch.long)
-        num_drafts = torch.tensor([len(draft) for draft in drafts], dtype=torch.long)
-        device = prefix_ids.device
-        return DraftProposal(draft_ids.to(device), None, state, num_drafts=num_drafts.to(device))
-
-    def _draft_row(self, tail: list[int], source: frozenset[int], num_tokens: int) -> list[int]:
-        """Up to `num_tokens` drafts after `tail`, each chosen from the continuations of the longest stored context
-        ending the tokens so far (the first of the best, so the more frequent one on a tie)."""
-        tokens = list(tail)
-        draft = []
-        for _ in range(num_tokens):
-            found = self.store.lookup(tokens)
-            if found is None:
-                break
-            ids, shares = found
-            best, best_score = ids[0], -1.0
-            for token, share in zip(ids, shares, strict=True):
-                score = share + self.source_bias if token in source else share
-                if score > best_score:
-                    best, best_score = token, score
-            draft.append(best)
-            tokens.append(best)
-        return draft
+            draft = draft_from_store(self.store, tail, source, num_draft_tokens, self.source_bias)
+            rows.append([*draft, *[0] * (num_draft_tokens - len(draft)), len(draft)])  # the count last
+        drafted = torch.tensor(rows, dtype=torch.long).to(prefix_ids.device)
+        return DraftProposal(drafted[:, :-1], None, state, num_drafts=drafted[:, -1])

@@ -18,6 +18,7 @@ import torch
 from ..auto_draft_length import AUTO
 from ..drafting import Drafter, DraftProposal, validate_drafter
 from ..generation.spec_drafter_adapter import as_drafter
+from .lookup_common import DEFAULT_MAX_DRAFT_TOKENS, is_positive_int, row_tails
 
 __all__ = [
     "CopyOrFallbackProposal",
@@ -27,13 +28,6 @@ __all__ = [
     "find_source_continuations",
     "shares_vocabulary",
 ]
-
-# the largest k of a copy without a fallback, where k is chosen as decoding runs (its default)
-_DEFAULT_DRAFT_TOKENS = 8
-
-
-def _is_positive_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 @dataclass
@@ -161,10 +155,10 @@ class SourceCopyDrafter(Drafter):
         if num_draft_tokens is None:
             num_draft_tokens = AUTO if fallback is None else fallback.num_draft_tokens
             num_draft_tokens = num_draft_tokens if num_draft_tokens == AUTO else int(num_draft_tokens)
-        if num_draft_tokens != AUTO and not _is_positive_int(num_draft_tokens):
+        if num_draft_tokens != AUTO and not is_positive_int(num_draft_tokens):
             raise ValueError(f"`num_draft_tokens` must be an integer >= 1 or {AUTO!r}, got {num_draft_tokens!r}.")
         for name, value in (("max_ngram_size", max_ngram_size), ("min_ngram_size", min_ngram_size)):
-            if not _is_positive_int(value):
+            if not is_positive_int(value):
                 raise ValueError(f"`{name}` must be an integer >= 1, got {value!r}.")
         if min_ngram_size > max_ngram_size:
             raise ValueError(
@@ -182,7 +176,7 @@ class SourceCopyDrafter(Drafter):
         # one, the default k's)
         self.max_draft_tokens = getattr(fallback, "max_draft_tokens", None)
         if self.max_draft_tokens is None and num_draft_tokens == AUTO:
-            self.max_draft_tokens = _DEFAULT_DRAFT_TOKENS
+            self.max_draft_tokens = DEFAULT_MAX_DRAFT_TOKENS
         self.max_positions = getattr(fallback, "max_positions", None)
         self.verifier_state_layers = getattr(fallback, "verifier_state_layers", None)
         if self.max_draft_tokens is not None and num_draft_tokens != AUTO and num_draft_tokens > self.max_draft_tokens:
@@ -291,14 +285,7 @@ def _look_up_continuations(
 ) -> tuple[torch.LongTensor, torch.LongTensor]:
     """`find_source_continuations`' result, from each row's `SourceNgramIndex` (on the CPU)."""
     longest = indexes[0].sizes.start  # every row's index has the drafter's sizes
-    lengths = prefix_lengths.tolist()
-    # each row's last tokens, enough for the longest n-gram, read in one transfer of the columns they span (on the
-    # CPU one read and Python slices cost less than gathering them first)
-    start = max(min(lengths) - longest, 0)
-    window = prefix_ids[:, start : max(lengths)].tolist()
-    tails = [
-        row[max(length - longest, 0) - start : length - start] for row, length in zip(window, lengths, strict=True)
-    ]
+    tails = row_tails(prefix_ids, prefix_lengths, longest)
     found = [index.continuation(tail, num_tokens) for index, tail in zip(indexes, tails, strict=True)]
     continuations = torch.tensor([tokens + [0] * (num_tokens - len(tokens)) for tokens in found], dtype=torch.long)
     counts = torch.tensor([len(tokens) for tokens in found], dtype=torch.long)
@@ -368,7 +355,9 @@ class CopyOrFallbackProposal(DraftProposal):
 
 
 def shares_vocabulary(verifier) -> bool:
-    """Whether the encoder and the decoder embed tokens with one matrix (or matrices of equal values)."""
+    """Whether source ids mean the same tokens as target ids: the encoder and the decoder embed with one matrix, or
+    with matrices of one shape in a model whose config does not say they are separate
+    (`share_encoder_decoder_embeddings=False`)."""
     encoder, decoder = verifier.get_encoder(), verifier.get_decoder()
     encoder_embeddings = getattr(encoder, "embed_tokens", None)
     decoder_embeddings = getattr(decoder, "embed_tokens", None)

@@ -40,9 +40,12 @@ def test_a_distilled_run_becomes_a_saved_drafter(tmp_path, distilled):
     assert drafter.store.continuations[(5, 6)][0] == (7, 8) and drafter.num_draft_tokens == 3
     assert drafter.source_bias == 0.3  # BART's source and target share one vocabulary
     # the tokenizer's special ids are never preferred from the source
-    config = json.loads((output_dir / "ngram_store.json").read_text())
-    assert config["ignored_source_ids"] == sorted(drafter.ignored_source_ids) and drafter.ignored_source_ids
-    assert config["num_sequences"] == 3 and config["vocab_size"] == 99
+    assert json.loads((output_dir / "config.json").read_text())["ignored_source_ids"] == sorted(
+        drafter.ignored_source_ids
+    )
+    assert drafter.ignored_source_ids
+    store_config = json.loads((output_dir / "ngram_store.json").read_text())
+    assert store_config["num_sequences"] == 3 and store_config["vocab_size"] == 99
 
 
 def test_two_vocabularies_turn_the_source_preference_off_or_refuse_it(tmp_path, distilled):

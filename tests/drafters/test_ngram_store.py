@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import huggingface_hub
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -40,12 +41,13 @@ def test_lookup_takes_the_longest_stored_context():
 @pytest.mark.parametrize("vocab_size", [10, 40_000])
 def test_save_and_load_round_trip(tmp_path, vocab_size):
     store = NgramStore.from_sequences(SEQUENCES, vocab_size=vocab_size, max_ngram_size=3, min_count=1)
-    store.save_pretrained(tmp_path, extra_config={"source_bias": 0.5})
+    store.save_pretrained(tmp_path)
     assert is_ngram_store(tmp_path) and not is_ngram_store(tmp_path / "missing")
     tensors = load_file(tmp_path / "ngram_store.safetensors")
     # ids in int16 where the vocabulary allows it
     assert tensors["continuations"].dtype == (torch.int16 if vocab_size <= 2**15 else torch.int32)
-    assert json.loads((tmp_path / "ngram_store.json").read_text())["source_bias"] == 0.5
+    config = json.loads((tmp_path / "ngram_store.json").read_text())
+    assert config == {"vocab_size": vocab_size, "max_ngram_size": 3, **store.build_settings}
     loaded = NgramStore.from_pretrained(tmp_path)
     assert loaded.vocab_size == vocab_size and loaded.max_ngram_size == 3
     assert loaded.build_settings == store.build_settings
@@ -57,8 +59,42 @@ def test_save_and_load_round_trip(tmp_path, vocab_size):
 
 def test_a_directory_without_a_store_is_refused(tmp_path):
     assert not is_ngram_store(tmp_path)
-    with pytest.raises(OSError, match="ngram_store.json"):
+    with pytest.raises(FileNotFoundError, match="holds no ngram_store.json: it is not a saved n-gram store"):
         NgramStore.from_pretrained(tmp_path)
+
+
+def test_a_missing_path_is_no_store_without_asking_the_hub(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert not is_ngram_store("runs/a/b")  # no Hub id either
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    assert not is_ngram_store("owner/store")  # offline, and not in the cache
+
+
+def test_tables_that_do_not_fit_their_settings_are_refused(tmp_path):
+    NgramStore.from_sequences(SEQUENCES, vocab_size=10, max_ngram_size=2, min_count=1).save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "ngram_store.json").read_text())
+    (tmp_path / "ngram_store.json").write_text(json.dumps({**config, "max_ngram_size": 3}))
+    with pytest.raises(ValueError, match="do not fit together or its ngram_store.json \\(max_ngram_size=3\\)"):
+        NgramStore.from_pretrained(tmp_path)
+    (tmp_path / "ngram_store.json").write_text(json.dumps({**config, "vocab_size": 8}))
+    with pytest.raises(ValueError, match="context \\(2,\\) holds an id outside the vocabulary \\[0, 8\\)"):
+        NgramStore.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("continuations", "message"),
+    [
+        ({(5, 6, 7): ((8,), (1.0,))}, "has 3 tokens \\(1 to max_ngram_size=2\\)"),
+        ({(5,): (tuple(range(256)), (0.1,) * 256)}, "has 256 continuations and 256 shares"),
+        ({(5,): ((6, 7), (1.0,))}, "has 2 continuations and 1 shares"),
+        ({(5,): ((300,), (1.0,))}, "holds an id outside the vocabulary \\[0, 299\\)"),
+    ],
+)
+def test_a_hand_built_store_that_cannot_be_saved_is_named(tmp_path, continuations, message):
+    vocab_size = 299 if 300 in continuations.get((5,), ((),))[0] else 400
+    store = NgramStore(continuations, vocab_size=vocab_size, max_ngram_size=2)
+    with pytest.raises(ValueError, match=message):
+        store.save_pretrained(tmp_path)
 
 
 @pytest.mark.parametrize(

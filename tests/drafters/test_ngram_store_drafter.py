@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from conftest import VOCAB_SIZE, build_verifier, generate_with_drafter, make_source_batch
 
-from specdec_hf.drafters import NgramStore, NgramStoreDrafter
+from specdec_hf.drafters import NgramStore, NgramStoreDrafter, draft_from_store
 
 GREEDY = dict(do_sample=False, num_beams=1)
 
@@ -58,6 +60,16 @@ def test_rows_draft_apart_and_stop_where_no_context_is_stored():
     assert kept.source_tokens == [frozenset({9, 8, 2})]
 
 
+def test_each_row_drafts_after_its_own_last_tokens_in_a_ragged_batch():
+    """Rows of lengths 5 and 9 (the shortest longer than the context): each row's tail is its own last two tokens."""
+    drafter = _drafter(source_bias=0.0)
+    prefixes = [[2, 9, 9, 9, 5], [2, 9, 9, 9, 9, 9, 9, 5, 8]]
+    proposal = _propose(drafter, torch.tensor([[9, 2], [9, 2]]), prefixes, 2)
+    # row 0 ends "9 5": "5" -> 6 -> 7; row 1 ends "5 8": -> 2 (EOS) -> 5
+    assert proposal.draft_ids.tolist() == [[6, 7], [2, 5]] and proposal.num_drafts.tolist() == [2, 2]
+    assert draft_from_store(drafter.store, [9, 5], (), 2, 0.0) == [6, 7]
+
+
 def test_without_source_ids_it_drafts_from_the_store_alone():
     drafter = _drafter()
     state = drafter.init_drafting_state(None, None, torch.zeros(1, 3, 8))
@@ -95,6 +107,9 @@ def test_a_store_of_other_outputs_still_equals_greedy():
     reference = model.generate(**inputs, **GREEDY, max_new_tokens=20)
     output = generate_with_drafter(model, inputs, drafter, max_new_tokens=20, num_draft_tokens=4)
     assert torch.equal(output.sequences, reference)
+    stats = output.speculative_stats
+    # drafts were proposed and most of them rejected
+    assert stats.drafter_calls > 0 and sum(stats.verified_tokens) > 2 * sum(stats.accepted_tokens)
 
 
 def test_sampling_with_looked_up_drafts_stays_in_the_verifiers_support():
@@ -107,12 +122,24 @@ def test_sampling_with_looked_up_drafts_stays_in_the_verifiers_support():
 
 def test_save_and_load_keep_the_settings(tmp_path):
     drafter = _drafter(num_draft_tokens=3, source_bias=0.5, ignored_source_ids=[2, 1])
-    drafter.save_pretrained(tmp_path, max_shard_size="5GB")  # what push_to_hub passes
+    drafter.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["source_bias"] == 0.5
+    assert "library_name: specdec_hf" in (tmp_path / "README.md").read_text()  # the Hub's card names this library
     loaded = NgramStoreDrafter.from_pretrained(tmp_path)
     assert (loaded.num_draft_tokens, loaded.max_draft_tokens, loaded.source_bias) == (3, 8, 0.5)
     assert loaded.ignored_source_ids == frozenset({1, 2}) and loaded.vocab_size == VOCAB_SIZE
     assert loaded.store.continuations.keys() == drafter.store.continuations.keys()
     assert NgramStoreDrafter.from_pretrained(tmp_path, num_draft_tokens="auto").num_draft_tokens == "auto"
+    with pytest.raises(ValueError, match="got \\['max_ngram_size'\\]: .*build another with"):
+        NgramStoreDrafter.from_pretrained(tmp_path, max_ngram_size=3)
+
+
+def test_a_model_directory_is_not_overwritten(tmp_path):
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ValueError, match="holds a model's weights; .* a directory of its own"):
+        _drafter().save_pretrained(tmp_path)
+    assert (tmp_path / "config.json").read_text() == "{}"
 
 
 @pytest.mark.parametrize(
