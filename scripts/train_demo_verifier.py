@@ -151,7 +151,8 @@ class DemoVerifierArguments:
         metadata={
             "help": "A trained Marian model (directory) to grow this one from: its tokenizer, embeddings and layers "
             "start the run (progressive stacking, Gong et al. 2019, via the layer maps). A tokenizer with `<pad>` "
-            "at id 0 is first re-laid with `<pad>` last, as in Marian checkpoints."
+            "at id 0 is first re-laid with `<pad>` last, as in Marian checkpoints. With model_type 'bart': a "
+            "trained BART of this shape, continued whole (e.g. on its own outputs, `distilled_train_data`)."
         },
     )
     encoder_layer_map: str | None = field(
@@ -176,8 +177,11 @@ class DemoVerifierArguments:
                 f"max_source_tokens must be between 2 and max_position_embeddings ({self.max_position_embeddings}), "
                 f"got {self.max_source_tokens}"
             )
-        if self.model_type == "bart" and self.init_from:
-            raise ValueError("init_from grows Marian models only: leave it unset with model_type 'bart'")
+        if self.model_type == "bart" and self.init_from and (self.encoder_layer_map or self.decoder_layer_map):
+            raise ValueError(
+                "init_from with model_type 'bart' continues that model whole: leave encoder_layer_map and "
+                "decoder_layer_map unset (growing by layer maps is for Marian models)"
+            )
         if self.d_model % self.attention_heads:
             raise ValueError("d_model must be divisible by attention_heads")
         if self.eval_every_steps is not None and self.eval_every_steps < 1:
@@ -381,6 +385,20 @@ def _architecture(args: DemoVerifierArguments, tokenizer: PreTrainedTokenizerFas
     }
 
 
+# the config fields of `_architecture` that a model continued whole must share with the model it starts from
+_SHAPE_FIELDS = (
+    "vocab_size",
+    "d_model",
+    "encoder_layers",
+    "decoder_layers",
+    "encoder_attention_heads",
+    "decoder_attention_heads",
+    "encoder_ffn_dim",
+    "decoder_ffn_dim",
+    "max_position_embeddings",
+)
+
+
 def _zero_pad_row(model: PreTrainedModel, pad_token_id: int) -> None:
     """Start the `<pad>` embedding row at zero (`zero_pad_row_gradient` keeps it there)."""
     with torch.no_grad():
@@ -452,10 +470,13 @@ def build_bart_model(args: DemoVerifierArguments, tokenizer: PreTrainedTokenizer
     return model
 
 
-def load_growth_source(path: str) -> tuple[MarianMTModel, PreTrainedTokenizerFast]:
-    """Loads the model to grow from (float32), re-laid with `<pad>` last when its tokenizer has it elsewhere."""
-    source = MarianMTModel.from_pretrained(path, dtype=torch.float32)
+def load_growth_source(path: str, model_type: str = "marian") -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
+    """Loads the model to start from (float32): a BART as it is, a Marian model re-laid with `<pad>` last when its
+    tokenizer has it elsewhere."""
     tokenizer = PreTrainedTokenizerFast.from_pretrained(path)
+    if model_type == "bart":
+        return BartForConditionalGeneration.from_pretrained(path, dtype=torch.float32), tokenizer
+    source = MarianMTModel.from_pretrained(path, dtype=torch.float32)
     if tokenizer.pad_token_id != len(tokenizer) - 1:
         old_ids = pad_last_permutation(len(tokenizer), tokenizer.pad_token_id)
         tokenizer = relayout_tokenizer(tokenizer, old_ids)
@@ -485,6 +506,24 @@ def grow_from(model: MarianMTModel, source: MarianMTModel, args: DemoVerifierArg
             if not 0 <= index < len(source_layers):
                 raise ValueError(f"{side}_layer_map: {args.init_from} has {len(source_layers)} {side} layers")
             target.load_state_dict(source_layers[index].state_dict())
+
+
+@torch.no_grad()
+def continue_from(model: BartForConditionalGeneration, source: BartForConditionalGeneration, args) -> None:
+    """Starts `model` as a copy of `source`, every weight (a BART continued whole: same shape, same vocabulary).
+
+    Raises:
+        ValueError: when the two configs differ in a field of the shape (`_architecture`'s).
+    """
+    shape = {name: getattr(model.config, name) for name in _SHAPE_FIELDS}
+    found = {name: getattr(source.config, name) for name in _SHAPE_FIELDS}
+    if shape != found:
+        differing = {name: (found[name], shape[name]) for name in _SHAPE_FIELDS if found[name] != shape[name]}
+        raise ValueError(
+            f"init_from {args.init_from}: its {differing} (theirs, this config's) differ: give the shape of the model "
+            "to continue"
+        )
+    model.load_state_dict(source.state_dict())
 
 
 def zero_pad_row_gradient(model: PreTrainedModel) -> None:
@@ -634,7 +673,7 @@ def training_function(args: DemoVerifierArguments) -> None:
         checkpoint = find_checkpoint(output_dir)
         tokenizer = PreTrainedTokenizerFast.from_pretrained(checkpoint)
     elif args.init_from:
-        growth_source, tokenizer = load_growth_source(args.init_from)
+        growth_source, tokenizer = load_growth_source(args.init_from, args.model_type)
         tokenizer.save_pretrained(output_dir / "tokenizer")
     elif args.tokenizer_name_or_path:
         tokenizer = PreTrainedTokenizerFast.from_pretrained(args.tokenizer_name_or_path)
@@ -654,7 +693,7 @@ def training_function(args: DemoVerifierArguments) -> None:
     else:
         model = build_model(args, tokenizer)
         if args.init_from:
-            grow_from(model, growth_source, args)
+            (continue_from if args.model_type == "bart" else grow_from)(model, growth_source, args)
             del growth_source
     model.train()
     optimizer = torch.optim.Adam(model.parameters(), lr=args.learning_rate, betas=(args.adam_beta1, args.adam_beta2))

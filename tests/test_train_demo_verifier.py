@@ -213,6 +213,30 @@ def test_bart_summarization_verifier_is_laid_out_as_bart_large_cnn_and_resumes(t
     assert json.loads((run / "best" / "eval_results.json").read_text())["step"] in (2, 3)
 
 
+def test_a_bart_continued_whole_starts_from_every_weight_of_its_source(tmp_path):
+    """`init_from` with model_type 'bart': the model it starts (self-distillation's first step) is the source itself,
+    positions and the embeddings' layer norm included; another shape is refused, as are layer maps."""
+    script = load_script()
+    data = _summarization_workspace(tmp_path)
+    argv = ["--task", "summarization", "--model_type", "bart", "--data_dir", str(data), "--vocab_size", "300",
+            "--encoder_layers", "1", "--decoder_layers", "2", "--max_source_tokens", "24", "--batch_source_tokens",
+            "200", *TINY]  # fmt: skip
+    script.training_function(script.parse_args([*argv, "--output_dir", str(tmp_path / "run"), "--max_steps", "1"]))
+    source_path = str(tmp_path / "run" / "checkpoint-last")
+    args = script.parse_args([*argv, "--output_dir", str(tmp_path / "continued"), "--init_from", source_path])
+    source, tokenizer = script.load_growth_source(args.init_from, args.model_type)
+    model = script.build_model(args, tokenizer)
+    script.continue_from(model, source, args)
+    for name, value in source.state_dict().items():
+        torch.testing.assert_close(model.state_dict()[name], value, msg=name)
+    deeper = script.parse_args([*argv, "--output_dir", str(tmp_path / "x"), "--init_from", source_path])
+    deeper.decoder_layers = 3
+    with pytest.raises(ValueError, match=r"its \{'decoder_layers': \(2, 3\)\} \(theirs, this config's\) differ"):
+        script.continue_from(script.build_model(deeper, tokenizer), source, deeper)
+    with pytest.raises(ValueError, match="continues that model whole: leave encoder_layer_map"):
+        script.parse_args(["--model_type", "bart", "--init_from", "x", "--decoder_layer_map", "0,1,2,3,4,5"])
+
+
 def test_long_sources_are_cut_keeping_their_last_token_and_batches_cap_source_tokens(tmp_path):
     script = load_script()
     texts = [f"w{i}" for i in range(40)]
@@ -235,5 +259,5 @@ def test_unknown_task_or_model_type_is_refused():
         script.parse_args(["--task", "translate"])
     with pytest.raises(ValueError, match="model_type must be one of"):
         script.parse_args(["--model_type", "t5"])
-    with pytest.raises(ValueError, match="init_from grows Marian models only"):
-        script.parse_args(["--model_type", "bart", "--init_from", "x"])
+    with pytest.raises(ValueError, match="decoder_layer_map needs init_from"):
+        script.parse_args(["--model_type", "bart", "--decoder_layer_map", "0,1,2,3,4,5"])
