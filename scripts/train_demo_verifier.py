@@ -385,8 +385,9 @@ def _architecture(args: DemoVerifierArguments, tokenizer: PreTrainedTokenizerFas
     }
 
 
-# the config fields of `_architecture` that a model continued whole must share with the model it starts from
-_SHAPE_FIELDS = (
+# the config fields a model continued whole must share with the model it starts from: its shape, and what its
+# weights mean (activation, embedding scale, special ids, tying); dropout and generation settings may differ
+_CONTINUED_FIELDS = (
     "vocab_size",
     "d_model",
     "encoder_layers",
@@ -396,6 +397,13 @@ _SHAPE_FIELDS = (
     "encoder_ffn_dim",
     "decoder_ffn_dim",
     "max_position_embeddings",
+    "activation_function",
+    "scale_embedding",
+    "pad_token_id",
+    "bos_token_id",
+    "eos_token_id",
+    "decoder_start_token_id",
+    "tie_word_embeddings",
 )
 
 
@@ -509,19 +517,24 @@ def grow_from(model: MarianMTModel, source: MarianMTModel, args: DemoVerifierArg
 
 
 @torch.no_grad()
-def continue_from(model: BartForConditionalGeneration, source: BartForConditionalGeneration, args) -> None:
-    """Starts `model` as a copy of `source`, every weight (a BART continued whole: same shape, same vocabulary).
+def continue_from(
+    model: BartForConditionalGeneration, source: BartForConditionalGeneration, args: DemoVerifierArguments
+) -> None:
+    """Starts `model` as a copy of `source`, every weight (a BART continued whole).
 
     Raises:
-        ValueError: when the two configs differ in a field of the shape (`_architecture`'s).
+        ValueError: when the two configs differ in a field of `_CONTINUED_FIELDS` (the shape, or what the weights
+            mean).
     """
-    shape = {name: getattr(model.config, name) for name in _SHAPE_FIELDS}
-    found = {name: getattr(source.config, name) for name in _SHAPE_FIELDS}
-    if shape != found:
-        differing = {name: (found[name], shape[name]) for name in _SHAPE_FIELDS if found[name] != shape[name]}
+    differing = {
+        name: (getattr(source.config, name), getattr(model.config, name))
+        for name in _CONTINUED_FIELDS
+        if getattr(source.config, name) != getattr(model.config, name)
+    }
+    if differing:
         raise ValueError(
-            f"init_from {args.init_from}: its {differing} (theirs, this config's) differ: give the shape of the model "
-            "to continue"
+            f"init_from {args.init_from}: its {differing} (theirs, this config's) differ: give the settings of the "
+            "model to continue"
         )
     model.load_state_dict(source.state_dict())
 

@@ -25,8 +25,8 @@ __all__ = ["find_damaged_file", "load_pretrained"]
 _Loaded = TypeVar("_Loaded")
 # files `torch.save` writes (a zip archive since torch 1.6), by the names transformers and accelerate give them
 _TORCH_SUFFIXES = (".bin", ".pt", ".pth", ".pkl")
-# one of these in the Hub cache means a Hub id was downloaded before and can load offline (an n-gram store drafter
-# has no config.json)
+# one of these in the Hub cache means a Hub id was downloaded before and can load offline (ngram_store.json: an
+# n-gram store, whose config.json holds only its drafter's settings and may be absent)
 _CACHED_MARKERS = ("config.json", "tokenizer_config.json", "ngram_store.json")
 
 

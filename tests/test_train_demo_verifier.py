@@ -233,6 +233,10 @@ def test_a_bart_continued_whole_starts_from_every_weight_of_its_source(tmp_path)
     deeper.decoder_layers = 3
     with pytest.raises(ValueError, match=r"its \{'decoder_layers': \(2, 3\)\} \(theirs, this config's\) differ"):
         script.continue_from(script.build_model(deeper, tokenizer), source, deeper)
+    rescaled = script.build_model(args, tokenizer)
+    rescaled.config.scale_embedding = not source.config.scale_embedding  # same shape, other meaning
+    with pytest.raises(ValueError, match=r"its \{'scale_embedding': \((False, True|True, False)\)\}"):
+        script.continue_from(rescaled, source, args)
     with pytest.raises(ValueError, match="continues that model whole: leave encoder_layer_map"):
         script.parse_args(["--model_type", "bart", "--init_from", "x", "--decoder_layer_map", "0,1,2,3,4,5"])
 

@@ -37,7 +37,8 @@ def is_ngram_store(
     name_or_path: str | os.PathLike, revision: str | None = None, token: str | bool | None = None
 ) -> bool:
     """Whether `name_or_path` holds a saved n-gram store (its `ngram_store.json`): a local directory, or a Hub
-    repository found in the local cache or, unless offline (`HF_HUB_OFFLINE`), on the Hub (one request)."""
+    repository whose `ngram_store.json` is in the local cache or, unless offline (`HF_HUB_OFFLINE`), can be fetched
+    (one request; an unreachable Hub means not a store, and the model loader then tries the name)."""
     path = Path(name_or_path).expanduser()
     if path.exists():
         return (path / CONFIG_NAME).is_file()
@@ -51,9 +52,11 @@ def is_ngram_store(
     if huggingface_hub.constants.HF_HUB_OFFLINE:
         return False
     try:
-        return huggingface_hub.file_exists(name, CONFIG_NAME, revision=revision, token=token)
-    except (OSError, huggingface_hub.errors.HfHubHTTPError):  # unreachable, or no such repository: not a store
+        # the file is fetched anyway when the store loads
+        huggingface_hub.hf_hub_download(name, CONFIG_NAME, revision=revision, token=token)
+    except OSError:  # an unreachable Hub (LocalEntryNotFoundError), no such file or repository (HfHubHTTPError)
         return False
+    return True
 
 
 def _resolve(name_or_path: str | os.PathLike, filename: str, **hub_kwargs) -> str:
@@ -166,8 +169,8 @@ class NgramStore:
         return None
 
     def check(self) -> None:
-        """Check what `save_pretrained` can store: contexts of 1 to `max_ngram_size` ids, at most 255 continuations
-        each, as many shares as continuations, every id inside the vocabulary.
+        """Check that the store can draft and be saved: contexts of 1 to `max_ngram_size` ids, 1 to 255 continuations
+        each with a share in [0, 1], every id inside the vocabulary.
 
         Raises:
             ValueError: naming the first context at fault.
@@ -178,6 +181,8 @@ class NgramStore:
                 problem = f"has {len(context)} tokens (1 to max_ngram_size={self.max_ngram_size})"
             elif not 1 <= len(followers) <= 255 or len(shares) != len(followers):
                 problem = f"has {len(followers)} continuations and {len(shares)} shares (1 to 255 of each)"
+            elif not all(0.0 <= share <= 1.0 for share in shares):  # also false for NaN
+                problem = f"has shares {shares} outside [0, 1]"
             elif not all(0 <= token < self.vocab_size for token in (*context, *followers)):
                 problem = f"holds an id outside the vocabulary [0, {self.vocab_size})"
             if problem is not None:
@@ -219,24 +224,32 @@ class NgramStore:
         """
         config = json.loads(Path(_resolve(name_or_path, CONFIG_NAME, **hub_kwargs)).read_text(encoding="utf-8"))
         tensors = load_file(_resolve(name_or_path, WEIGHTS_NAME, **hub_kwargs))
-        contexts = tensors["contexts"].tolist()
-        sizes = tensors["num_continuations"].tolist()
-        ids = tensors["continuations"].tolist()
-        shares = tensors["shares"].float().tolist()
-        width = tensors["contexts"].shape[1] if tensors["contexts"].dim() == 2 else None
-        lengths_fit = len(contexts) == len(sizes) and sum(sizes) == len(ids) == len(shares)
-        if width != config["max_ngram_size"] or not lengths_fit:
-            raise ValueError(
-                f"{WEIGHTS_NAME} of {str(name_or_path)!r} has tables that do not fit together or its "
-                f"{CONFIG_NAME} (max_ngram_size={config['max_ngram_size']}): build and save it again."
-            )
+        damaged = ValueError(
+            f"the n-gram store {str(name_or_path)!r} has tables that do not fit together or its {CONFIG_NAME}: "
+            "build and save it again."
+        )
+        try:
+            max_ngram_size, vocab_size = config["max_ngram_size"], config["vocab_size"]
+            table = tensors["contexts"]
+            sizes = tensors["num_continuations"].tolist()
+            ids = tensors["continuations"].tolist()
+            shares = tensors["shares"].float().tolist()
+        except KeyError as err:
+            raise damaged from err
+        if table.dim() != 2 or table.shape[1] != max_ngram_size or table.shape[0] != len(sizes):
+            raise damaged
+        if not sum(sizes) == len(ids) == len(shares):
+            raise damaged
         continuations = {}
         start = 0
-        for context, size in zip(contexts, sizes, strict=True):
-            key = tuple(token for token in context if token >= 0)
+        for row, size in zip(table.tolist(), sizes, strict=True):
+            key = tuple(token for token in row if token >= 0)
+            # right-aligned: -1 before the context's ids only, never among them
+            if row[max_ngram_size - len(key) :] != list(key) or key in continuations:
+                raise damaged
             continuations[key] = (tuple(ids[start : start + size]), tuple(shares[start : start + size]))
             start += size
         settings = {key: config[key] for key in ("max_continuations", "min_count", "num_sequences") if key in config}
-        store = cls(continuations, config["vocab_size"], config["max_ngram_size"], settings)
+        store = cls(continuations, vocab_size, max_ngram_size, settings)
         store.check()
         return store

@@ -10,6 +10,7 @@ row's source: a summary or a translation names what its source names.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from huggingface_hub import ModelHubMixin
 from ..auto_draft_length import AUTO
 from ..drafting import Drafter, DraftProposal
 from .lookup_common import DEFAULT_MAX_DRAFT_TOKENS, is_positive_int, row_tails
+from .ngram_store import WEIGHTS_NAME as NGRAM_STORE_WEIGHTS
 from .ngram_store import NgramStore
 
 __all__ = ["NgramStoreDrafter", "NgramStoreState", "draft_from_store"]
@@ -106,6 +108,7 @@ class NgramStoreDrafter(
     ):
         if not isinstance(store, NgramStore):
             raise TypeError(f"`store` must be an NgramStore, got {type(store).__name__}.")
+        store.check()  # a draft outside the vocabulary would reach the verifier's embedding
         if not is_positive_int(max_draft_tokens):
             raise ValueError(f"`max_draft_tokens` must be an integer >= 1, got {max_draft_tokens!r}.")
         if num_draft_tokens != AUTO:
@@ -152,20 +155,53 @@ class NgramStoreDrafter(
         sequences = (ids for batch in dataset.iter(batch_size=10_000) for ids in batch["target_ids"])
         return cls.from_sequences(sequences, vocab_size, **(store_kwargs or {}), **kwargs)
 
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, **kwargs) -> NgramStoreDrafter:
+        """Load a drafter that `save_pretrained` wrote: a local directory (`~` expanded) or a Hub id; `kwargs` are the
+        drafter's settings (overriding the saved ones) and `ModelHubMixin.from_pretrained`'s download arguments
+        (`revision`, `token`, `cache_dir`, `local_files_only`, `force_download`)."""
+        path = Path(pretrained_model_name_or_path).expanduser()
+        name = str(path) if path.exists() else str(pretrained_model_name_or_path)
+        return super().from_pretrained(name, **kwargs)
+
+    def settings(self) -> dict:
+        """The drafter's settings as `config.json` holds them (JSON: the ignored ids as a sorted list)."""
+        return {
+            "num_draft_tokens": self.num_draft_tokens,
+            "max_draft_tokens": self.max_draft_tokens,
+            "source_bias": self.source_bias,
+            "ignored_source_ids": sorted(self.ignored_source_ids),
+        }
+
     def save_pretrained(self, save_directory: str | os.PathLike, **kwargs):
-        """Write the store (`ngram_store.safetensors`, `ngram_store.json`), the drafter's settings (`config.json`) and,
-        where none is there, a model card (`README.md`); `kwargs` are `ModelHubMixin.save_pretrained`'s
-        (`push_to_hub`, `repo_id`, ...).
+        """Write the store (`ngram_store.safetensors`, `ngram_store.json`), the drafter's settings (`config.json`,
+        from `settings()`) and, where none is there, a model card (`README.md`); `kwargs` are
+        `ModelHubMixin.save_pretrained`'s (`push_to_hub`, `repo_id`, ...). `push_to_hub` uploads the same files:
+        push to a repository of its own, whose `config.json` it would otherwise replace.
 
         Raises:
-            ValueError: for a directory that holds a model's weights (saving would replace its `config.json`).
+            ValueError: for a directory that holds a model (weights, or a `config.json` of other settings: the
+                mixin would replace it), or a store that cannot be saved (`NgramStore.check`), before anything is
+                written.
         """
         directory = Path(save_directory)
-        if any((directory / name).is_file() for name in ("model.safetensors", "pytorch_model.bin")):
+        config_path = directory / "config.json"
+        foreign = config_path.is_file() and not set(json.loads(config_path.read_text(encoding="utf-8"))) <= set(
+            _SETTINGS
+        )
+        weights = [
+            path.name
+            for pattern in ("*.safetensors", "*.bin", "*.index.json")
+            for path in directory.glob(pattern)
+            if path.name != NGRAM_STORE_WEIGHTS
+        ]
+        if foreign or weights:
             raise ValueError(
-                f"`save_directory` {str(directory)!r} holds a model's weights; an n-gram store writes its own "
-                "config.json there: save it to a directory of its own."
+                f"`save_directory` {str(directory)!r} holds a model ({', '.join(weights) or 'its config.json'}); an "
+                "n-gram store writes its own config.json there: save it to a directory of its own."
             )
+        self.store.check()
+        kwargs["config"] = self.settings()
         return super().save_pretrained(save_directory, **kwargs)
 
     def _save_pretrained(self, save_directory: Path) -> None:
@@ -185,7 +221,7 @@ class NgramStoreDrafter(
     ) -> NgramStoreDrafter:
         """`ModelHubMixin.from_pretrained`'s loader: the store, and the settings of `config.json` (which the mixin
         merges into `model_kwargs`) with the caller's overrides."""
-        unknown = sorted(set(model_kwargs) - set(_SETTINGS) - {"proxies", "resume_download"})
+        unknown = sorted(set(model_kwargs) - set(_SETTINGS))
         if unknown:
             raise ValueError(
                 f"NgramStoreDrafter.from_pretrained got {unknown}: it takes the drafter's settings {list(_SETTINGS)} "

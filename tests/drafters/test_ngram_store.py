@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 
+import httpx2
 import huggingface_hub
 import pytest
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 from specdec_hf.drafters import NgramStore, is_ngram_store
 
@@ -65,36 +66,90 @@ def test_a_directory_without_a_store_is_refused(tmp_path):
 
 def test_a_missing_path_is_no_store_without_asking_the_hub(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+
+    def no_request(*args, **kwargs):
+        raise AssertionError("asked the Hub")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", no_request)
     assert not is_ngram_store("runs/a/b")  # no Hub id either
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     assert not is_ngram_store("owner/store")  # offline, and not in the cache
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        (huggingface_hub.errors.LocalEntryNotFoundError("the Hub cannot be reached"), False),
+        (
+            huggingface_hub.errors.RemoteEntryNotFoundError(
+                "404 Client Error: Entry Not Found",
+                response=httpx2.Response(404, request=httpx2.Request("HEAD", "https://huggingface.co/owner/store")),
+            ),
+            False,
+        ),
+        ("/cache/owner/store/ngram_store.json", True),
+    ],
+)
+def test_a_hub_id_is_a_store_when_its_file_can_be_fetched(tmp_path, monkeypatch, answer, expected):
+    """An unreachable Hub (huggingface_hub's LocalEntryNotFoundError) or a repository without the file: not a store,
+    and no exception; the model loader then tries the name."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+
+    def download(*args, **kwargs):
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
+    assert is_ngram_store("owner/store") is expected
+
+
+def _edit_tables(path, **replaced):
+    tensors = load_file(path / "ngram_store.safetensors")
+    tensors.update(replaced)
+    save_file({name: value for name, value in tensors.items() if value is not None}, path / "ngram_store.safetensors")
 
 
 def test_tables_that_do_not_fit_their_settings_are_refused(tmp_path):
     NgramStore.from_sequences(SEQUENCES, vocab_size=10, max_ngram_size=2, min_count=1).save_pretrained(tmp_path)
     config = json.loads((tmp_path / "ngram_store.json").read_text())
     (tmp_path / "ngram_store.json").write_text(json.dumps({**config, "max_ngram_size": 3}))
-    with pytest.raises(ValueError, match="do not fit together or its ngram_store.json \\(max_ngram_size=3\\)"):
+    with pytest.raises(ValueError, match="do not fit together or its ngram_store.json: build and save it again"):
         NgramStore.from_pretrained(tmp_path)
     (tmp_path / "ngram_store.json").write_text(json.dumps({**config, "vocab_size": 8}))
     with pytest.raises(ValueError, match="context \\(2,\\) holds an id outside the vocabulary \\[0, 8\\)"):
         NgramStore.from_pretrained(tmp_path)
+    (tmp_path / "ngram_store.json").write_text(json.dumps(config))
+    contexts = load_file(tmp_path / "ngram_store.safetensors")["contexts"]
+    for damaged in (
+        {"contexts": torch.cat([contexts[:1], contexts[:-1]])},  # a context twice
+        {"contexts": contexts.flip(1).contiguous()},  # -1 after the ids
+        {"shares": None},  # a table missing
+    ):
+        original = load_file(tmp_path / "ngram_store.safetensors")
+        _edit_tables(tmp_path, **damaged)
+        with pytest.raises(ValueError, match="do not fit together"):
+            NgramStore.from_pretrained(tmp_path)
+        save_file(original, tmp_path / "ngram_store.safetensors")
+    assert NgramStore.from_pretrained(tmp_path).continuations[(5, 6)][0] == (7, 8)  # the undamaged tables load
 
 
 @pytest.mark.parametrize(
-    ("continuations", "message"),
+    ("continuations", "vocab_size", "message"),
     [
-        ({(5, 6, 7): ((8,), (1.0,))}, "has 3 tokens \\(1 to max_ngram_size=2\\)"),
-        ({(5,): (tuple(range(256)), (0.1,) * 256)}, "has 256 continuations and 256 shares"),
-        ({(5,): ((6, 7), (1.0,))}, "has 2 continuations and 1 shares"),
-        ({(5,): ((300,), (1.0,))}, "holds an id outside the vocabulary \\[0, 299\\)"),
+        ({(5, 6, 7): ((8,), (1.0,))}, 400, "has 3 tokens \\(1 to max_ngram_size=2\\)"),
+        ({(5,): (tuple(range(256)), (0.1,) * 256)}, 400, "has 256 continuations and 256 shares"),
+        ({(5,): ((6, 7), (1.0,))}, 400, "has 2 continuations and 1 shares"),
+        ({(5,): ((6,), (float("nan"),))}, 400, "has shares \\(nan,\\) outside \\[0, 1\\]"),
+        ({(5,): ((300,), (1.0,))}, 299, "holds an id outside the vocabulary \\[0, 299\\)"),
     ],
 )
-def test_a_hand_built_store_that_cannot_be_saved_is_named(tmp_path, continuations, message):
-    vocab_size = 299 if 300 in continuations.get((5,), ((),))[0] else 400
+def test_a_hand_built_store_that_cannot_draft_is_named(tmp_path, continuations, vocab_size, message):
     store = NgramStore(continuations, vocab_size=vocab_size, max_ngram_size=2)
     with pytest.raises(ValueError, match=message):
         store.save_pretrained(tmp_path)
+    assert not any(tmp_path.iterdir())  # checked before anything is written
 
 
 @pytest.mark.parametrize(

@@ -134,12 +134,38 @@ def test_save_and_load_keep_the_settings(tmp_path):
         NgramStoreDrafter.from_pretrained(tmp_path, max_ngram_size=3)
 
 
-def test_a_model_directory_is_not_overwritten(tmp_path):
-    (tmp_path / "model.safetensors").write_bytes(b"")
-    (tmp_path / "config.json").write_text("{}")
-    with pytest.raises(ValueError, match="holds a model's weights; .* a directory of its own"):
+def test_settings_are_saved_as_the_drafter_holds_them(tmp_path, monkeypatch):
+    """A set of ignored ids (not JSON) is saved, as the drafter's sorted list; `~` is a local path when loading."""
+    drafter = _drafter(ignored_source_ids={2, 1})
+    drafter.save_pretrained(tmp_path / "store")
+    assert json.loads((tmp_path / "store" / "config.json").read_text())["ignored_source_ids"] == [1, 2]
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert NgramStoreDrafter.from_pretrained("~/store").ignored_source_ids == frozenset({1, 2})
+
+
+@pytest.mark.parametrize(
+    "model_files",
+    [["model.safetensors"], ["model.safetensors.index.json", "model-00001-of-00002.safetensors"], ["config.json"]],
+)
+def test_a_model_directory_is_not_overwritten(tmp_path, model_files):
+    for name in model_files:
+        (tmp_path / name).write_text('{"model_type": "bart"}')
+    before = {path.name: path.read_text() for path in tmp_path.iterdir()}
+    with pytest.raises(ValueError, match="holds a model .*; an n-gram store writes its own config.json"):
         _drafter().save_pretrained(tmp_path)
-    assert (tmp_path / "config.json").read_text() == "{}"
+    assert {path.name: path.read_text() for path in tmp_path.iterdir()} == before
+
+
+def test_an_earlier_store_is_saved_over_but_a_bad_one_writes_nothing(tmp_path):
+    _drafter().save_pretrained(tmp_path)
+    _drafter(num_draft_tokens=2).save_pretrained(tmp_path)  # its own config.json: replaced
+    assert NgramStoreDrafter.from_pretrained(tmp_path).num_draft_tokens == 2
+    drafter = _drafter()
+    drafter.store.continuations[(5,)] = ((VOCAB_SIZE,), (1.0,))  # edited after it was checked
+    before = {path.name: path.read_bytes() for path in tmp_path.iterdir()}
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        drafter.save_pretrained(tmp_path)
+    assert {path.name: path.read_bytes() for path in tmp_path.iterdir()} == before
 
 
 @pytest.mark.parametrize(
@@ -156,6 +182,11 @@ def test_bad_settings_are_refused(kwargs, message):
     store = NgramStore.from_sequences(SEQUENCES, VOCAB_SIZE, min_count=1)
     with pytest.raises(ValueError, match=message):
         NgramStoreDrafter(store, **kwargs)
+
+
+def test_a_hand_built_store_with_drafts_outside_the_vocabulary_is_refused():
+    with pytest.raises(ValueError, match="holds an id outside the vocabulary \\[0, 10\\)"):
+        NgramStoreDrafter(NgramStore({(5,): ((60,), (1.0,))}, vocab_size=10, max_ngram_size=2))
 
 
 def test_a_store_of_another_vocabulary_is_refused():
