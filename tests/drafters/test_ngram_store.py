@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import httpx2
 import huggingface_hub
 import pytest
 import torch
@@ -80,13 +79,7 @@ def test_a_missing_path_is_no_store_without_asking_the_hub(tmp_path, monkeypatch
     ("answer", "expected"),
     [
         (huggingface_hub.errors.LocalEntryNotFoundError("the Hub cannot be reached"), False),
-        (
-            huggingface_hub.errors.RemoteEntryNotFoundError(
-                "404 Client Error: Entry Not Found",
-                response=httpx2.Response(404, request=httpx2.Request("HEAD", "https://huggingface.co/owner/store")),
-            ),
-            False,
-        ),
+        (OSError("404 Client Error: Entry Not Found"), False),  # what an HfHubHTTPError is (below)
         ("/cache/owner/store/ngram_store.json", True),
     ],
 )
@@ -103,6 +96,9 @@ def test_a_hub_id_is_a_store_when_its_file_can_be_fetched(tmp_path, monkeypatch,
 
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
     assert is_ngram_store("owner/store") is expected
+    # a missing file, repository or revision is an HTTP error of the Hub's, an OSError
+    for error in ("RemoteEntryNotFoundError", "RepositoryNotFoundError", "RevisionNotFoundError"):
+        assert issubclass(getattr(huggingface_hub.errors, error), OSError)
 
 
 def _edit_tables(path, **replaced):
