@@ -31,7 +31,9 @@ class NgramStoreArguments:
 
     verifier: str = field(metadata={"help": "The verifier whose outputs were distilled (a directory or a Hub id)."})
     distilled_data: str = field(metadata={"help": "A finished `specdec_hf.distillation` run (its output_dir)."})
-    output_dir: str = field(metadata={"help": "Where the store goes (ngram_store.safetensors, ngram_store.json)."})
+    output_dir: str = field(
+        metadata={"help": "Where the drafter goes (ngram_store.safetensors, ngram_store.json, config.json)."}
+    )
     max_ngram_size: int = field(default=2, metadata={"help": "The longest context counted."})
     max_continuations: int = field(default=4, metadata={"help": "Continuations kept per context (at most 255)."})
     min_count: int = field(default=2, metadata={"help": "Contexts seen fewer times are left out."})
