@@ -19,6 +19,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 from ..auto_draft_length import AUTO
 from ..config_parsing import parse_yaml_and_cli
 from ..model_files import load_pretrained
+from .ngram_store import NgramStore
 from .ngram_store_drafter import NgramStoreDrafter
 from .source_copy import shares_vocabulary
 
@@ -74,12 +75,15 @@ def build_ngram_store(args: NgramStoreArguments) -> NgramStoreDrafter:
             "are no target tokens: leave it unset (0 for such a verifier) or set it to 0."
         )
     tokenizer = load_pretrained(AutoTokenizer.from_pretrained, args.verifier, "verifier")
-    drafter = NgramStoreDrafter.from_distilled(
+    store = NgramStore.from_distilled(
         args.distilled_data,
         vocab_size,
-        store_kwargs=dict(
-            max_ngram_size=args.max_ngram_size, max_continuations=args.max_continuations, min_count=args.min_count
-        ),
+        max_ngram_size=args.max_ngram_size,
+        max_continuations=args.max_continuations,
+        min_count=args.min_count,
+    )
+    drafter = NgramStoreDrafter(
+        store,
         num_draft_tokens=num_draft_tokens,
         source_bias=source_bias,
         ignored_source_ids=sorted(tokenizer.all_special_ids),

@@ -20,6 +20,8 @@ import huggingface_hub
 import torch
 from safetensors.torch import load_file, save_file
 
+from .lookup_common import is_positive_int
+
 __all__ = ["NgramStore", "is_ngram_store"]
 
 WEIGHTS_NAME = "ngram_store.safetensors"
@@ -29,7 +31,7 @@ _INT16_VOCAB_LIMIT = 2**15
 
 
 def _check_positive_int(name: str, value) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+    if not is_positive_int(value):
         raise ValueError(f"`{name}` must be an integer >= 1, got {value!r}.")
 
 
@@ -94,6 +96,7 @@ class NgramStore:
         self.vocab_size = vocab_size
         self.max_ngram_size = max_ngram_size
         self.build_settings = dict(build_settings or {})
+        self.check()  # once, here: a draft outside the vocabulary would reach the verifier's embedding
 
     def __len__(self) -> int:
         return len(self.continuations)
@@ -160,6 +163,16 @@ class NgramStore:
         settings = {"max_continuations": max_continuations, "min_count": min_count, "num_sequences": num_sequences}
         return cls(continuations, vocab_size, max_ngram_size, settings)
 
+    @classmethod
+    def from_distilled(cls, path: str | os.PathLike, vocab_size: int, **kwargs) -> NgramStore:
+        """A store counting the verifier outputs (`target_ids`) of a finished `specdec_hf.distillation` run in
+        `path`; `kwargs` go to `from_sequences` (`max_ngram_size`, `max_continuations`, `min_count`)."""
+        from ..distillation import load_distilled_dataset  # datasets is imported only where a dataset is read
+
+        dataset = load_distilled_dataset(path, vocab_size).select_columns(["target_ids"])
+        sequences = (ids for batch in dataset.iter(batch_size=10_000) for ids in batch["target_ids"])
+        return cls.from_sequences(sequences, vocab_size, **kwargs)
+
     def lookup(self, tokens: Sequence[int]) -> tuple[tuple[int, ...], tuple[float, ...]] | None:
         """The continuations of the longest stored context that ends `tokens`: `(ids, shares)`, or `None`."""
         for size in range(min(self.max_ngram_size, len(tokens)), 0, -1):
@@ -170,7 +183,8 @@ class NgramStore:
 
     def check(self) -> None:
         """Check that the store can draft and be saved: contexts of 1 to `max_ngram_size` ids, 1 to 255 continuations
-        each with a share in [0, 1], every id inside the vocabulary.
+        each with a share in [0, 1], every id inside the vocabulary (run when the store is built, and again when it is
+        saved: `continuations` is a plain dictionary).
 
         Raises:
             ValueError: naming the first context at fault.
@@ -250,6 +264,4 @@ class NgramStore:
             continuations[key] = (tuple(ids[start : start + size]), tuple(shares[start : start + size]))
             start += size
         settings = {key: config[key] for key in ("max_continuations", "min_count", "num_sequences") if key in config}
-        store = cls(continuations, vocab_size, max_ngram_size, settings)
-        store.check()
-        return store
+        return cls(continuations, vocab_size, max_ngram_size, settings)

@@ -75,9 +75,9 @@ class NgramStoreDrafter(
 ):
     """Drafts the most frequent continuations of each row's last tokens in the verifier's own past outputs.
 
-    Build it from the verifier's outputs ([`~NgramStoreDrafter.from_distilled`] reads a `specdec_hf.distillation` run,
-    [`~NgramStoreDrafter.from_sequences`] any token ids; `python -m specdec_hf.drafters.build_ngram_store` does the
-    first for a verifier, setting the source preference from it), save it with `save_pretrained` or `push_to_hub`,
+    Build its store from the verifier's outputs ([`~specdec_hf.drafters.ngram_store.NgramStore.from_distilled`] reads
+    a `specdec_hf.distillation` run, `NgramStore.from_sequences` any token ids; `python -m
+    specdec_hf.drafters.build_ngram_store` does the first for a verifier and sets the source preference from it), save it with `save_pretrained` or `push_to_hub`,
     load it with `from_pretrained` (the `huggingface_hub.ModelHubMixin` methods: a directory or a Hub id). At each
     iteration it drafts, for each row, `k` tokens with [`draft_from_store`]. A row whose last token no stored context
     ends gets fewer drafts (`num_drafts`), none at worst (the loop then steps it as greedy decoding would).
@@ -108,7 +108,6 @@ class NgramStoreDrafter(
     ):
         if not isinstance(store, NgramStore):
             raise TypeError(f"`store` must be an NgramStore, got {type(store).__name__}.")
-        store.check()  # a draft outside the vocabulary would reach the verifier's embedding
         if not is_positive_int(max_draft_tokens):
             raise ValueError(f"`max_draft_tokens` must be an integer >= 1, got {max_draft_tokens!r}.")
         if num_draft_tokens != AUTO:
@@ -127,33 +126,6 @@ class NgramStoreDrafter(
         self.max_draft_tokens = max_draft_tokens
         self.source_bias = float(source_bias)
         self.ignored_source_ids = frozenset(int(token) for token in ignored_source_ids)
-
-    @classmethod
-    def from_sequences(
-        cls,
-        sequences: Iterable[Sequence[int]],
-        vocab_size: int,
-        max_ngram_size: int = 2,
-        max_continuations: int = 4,
-        min_count: int = 2,
-        **kwargs,
-    ) -> NgramStoreDrafter:
-        """A drafter whose store counts `sequences` (the verifier's outputs, token ids); `kwargs` are the drafter's
-        (`num_draft_tokens`, `source_bias`, ...). See [`~specdec_hf.drafters.ngram_store.NgramStore.from_sequences`]."""
-        store = NgramStore.from_sequences(sequences, vocab_size, max_ngram_size, max_continuations, min_count)
-        return cls(store, **kwargs)
-
-    @classmethod
-    def from_distilled(
-        cls, path: str | os.PathLike, vocab_size: int, store_kwargs: dict | None = None, **kwargs
-    ) -> NgramStoreDrafter:
-        """A drafter whose store counts the verifier outputs (`target_ids`) of a finished `specdec_hf.distillation`
-        run in `path`; `store_kwargs` go to `from_sequences` (`max_ngram_size`, ...), `kwargs` to the drafter."""
-        from ..distillation import load_distilled_dataset  # datasets is imported only where a dataset is read
-
-        dataset = load_distilled_dataset(path, vocab_size).select_columns(["target_ids"])
-        sequences = (ids for batch in dataset.iter(batch_size=10_000) for ids in batch["target_ids"])
-        return cls.from_sequences(sequences, vocab_size, **(store_kwargs or {}), **kwargs)
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, **kwargs) -> NgramStoreDrafter:

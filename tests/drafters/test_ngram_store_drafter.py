@@ -19,7 +19,7 @@ SEQUENCES = [[2, 5, 6, 7, 2]] * 3 + [[2, 5, 8, 2]] * 2
 
 
 def _drafter(**kwargs) -> NgramStoreDrafter:
-    return NgramStoreDrafter.from_sequences(SEQUENCES, VOCAB_SIZE, max_ngram_size=2, min_count=1, **kwargs)
+    return NgramStoreDrafter(NgramStore.from_sequences(SEQUENCES, VOCAB_SIZE, max_ngram_size=2, min_count=1), **kwargs)
 
 
 def _propose(drafter, source, prefixes, num_draft_tokens=3):
@@ -83,7 +83,7 @@ def _own_outputs_drafter(model, inputs, **kwargs) -> tuple[torch.Tensor, NgramSt
     reference = model.generate(**inputs, **GREEDY, max_new_tokens=20)
     pad = model.generation_config.pad_token_id
     sequences = [[token for token in row if token != pad] for row in reference.tolist()]
-    return reference, NgramStoreDrafter.from_sequences(sequences, VOCAB_SIZE, min_count=1, **kwargs)
+    return reference, NgramStoreDrafter(NgramStore.from_sequences(sequences, VOCAB_SIZE, min_count=1), **kwargs)
 
 
 @pytest.mark.parametrize("batch_size", [1, 4])
@@ -191,7 +191,7 @@ def test_a_hand_built_store_with_drafts_outside_the_vocabulary_is_refused():
 
 def test_a_store_of_another_vocabulary_is_refused():
     model = build_verifier("bart")
-    drafter = NgramStoreDrafter.from_sequences(SEQUENCES, VOCAB_SIZE + 1, min_count=1)
+    drafter = NgramStoreDrafter(NgramStore.from_sequences(SEQUENCES, VOCAB_SIZE + 1, min_count=1))
     inputs = make_source_batch(1, pad_token_id=model.config.pad_token_id)
     with pytest.raises(ValueError, match="vocab"):
         generate_with_drafter(model, inputs, drafter, max_new_tokens=4)

@@ -16,7 +16,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from transformers import MarianMTModel, PreTrainedTokenizerFast
 
 from specdec_hf import SpecDrafterModel
-from specdec_hf.drafters import NgramStoreDrafter
+from specdec_hf.drafters import NgramStore, NgramStoreDrafter
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "mt_fixture.jsonl"
 FIXTURE_ROWS = 40  # the tokenizer covers the words of these rows
@@ -67,7 +67,8 @@ def eval_models(tmp_path_factory) -> dict[str, str]:
     )
     outputs = verifier.generate(**sources.convert_to_tensors("pt"), do_sample=False, num_beams=1, max_new_tokens=10)
     sequences = [[token for token in row if token != tokenizer.pad_token_id] for row in outputs.tolist()]
-    NgramStoreDrafter.from_sequences(sequences, len(tokenizer), min_count=1).save_pretrained(root / "ngram_store")
+    store = NgramStore.from_sequences(sequences, len(tokenizer), min_count=1)
+    NgramStoreDrafter(store).save_pretrained(root / "ngram_store")
     names = ("verifier", "drafter", "assistant", "other_drafter", "other_assistant", "ngram_store")
     return {name: str(root / name) for name in names}
 

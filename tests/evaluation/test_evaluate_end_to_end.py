@@ -155,12 +155,16 @@ def test_log_is_readable_when_redirected(base_argv, tmp_path):
     assert b"| spec_k4_b1_t0 | 4 |" in text
 
 
+def _with_drafters(base_argv: list[str], *entries: str) -> list[str]:
+    """`base_argv` with its one `--drafters` entry replaced by `entries`."""
+    at = base_argv.index("--drafters")
+    return [*base_argv[:at], *base_argv[at + 2 :], "--drafters", *entries]
+
+
 def test_an_ngram_store_runs_alone_and_after_the_source_copy(base_argv, eval_models):
     """An n-gram store's directory as a `drafters` entry, alone and as the source copy's fallback: β=1 equal to
     greedy, drafts accepted, no weights counted."""
-    at = base_argv.index("--drafters")
-    argv = base_argv[:at] + base_argv[at + 2 :]
-    argv += ["--drafters", eval_models["ngram_store"], f"source_copy+{eval_models['ngram_store']}"]
+    argv = _with_drafters(base_argv, eval_models["ngram_store"], f"source_copy+{eval_models['ngram_store']}")
     argv += ["--strategies", "greedy", "spec_k3_b1_t0", "spec_kauto_b1_t0"]
     data = load_script().main(argv)
     strategies = data["strategies"]
@@ -174,9 +178,7 @@ def test_an_ngram_store_runs_alone_and_after_the_source_copy(base_argv, eval_mod
 
 def test_source_copy_drafters_and_a_chosen_k_run_as_strategies(base_argv, eval_models, tmp_path):
     """`source_copy` alone and before the trained drafter, and k chosen as decoding runs: β=1 equal to greedy."""
-    at = base_argv.index("--drafters")
-    argv = base_argv[:at] + base_argv[at + 2 :]
-    argv += ["--drafters", eval_models["drafter"], "source_copy", f"source_copy+{eval_models['drafter']}"]
+    argv = _with_drafters(base_argv, eval_models["drafter"], "source_copy", f"source_copy+{eval_models['drafter']}")
     argv += ["--strategies", "greedy", "spec_k4_b1_t0", "spec_kauto_b1_t0"]
     data = load_script().main(argv)
     strategies = data["strategies"]

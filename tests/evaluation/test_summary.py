@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec_hf.drafters import NgramStoreDrafter
+from specdec_hf.drafters import NgramStore, NgramStoreDrafter
 from specdec_hf.evaluation.summary import (
     README_END,
     README_START,
@@ -80,7 +80,9 @@ def test_a_pass_without_beam_shows_no_beam_figure():
 
 
 def test_an_ngram_store_is_labelled_as_one(tmp_path):
-    NgramStoreDrafter.from_sequences([[2, 5, 6, 2]] * 2, 10).save_pretrained(tmp_path / "x" / "ngram_store")
+    NgramStoreDrafter(NgramStore.from_sequences([[2, 5, 6, 2]] * 2, 10)).save_pretrained(
+        tmp_path / "x" / "ngram_store"
+    )
     store = str(tmp_path / "x" / "ngram_store")
     drafters = ["models/x/drafter", store, f"source_copy+{store}"]
     assert [strategy_label(f"spec_k3_b1_t0_d{index}", drafters) for index in range(3)] == [
